@@ -1,0 +1,118 @@
+// The validated configuration: plain structs, immutable once loaded and shared
+// by std::shared_ptr<const Config>. yaml-cpp types never leave config/.
+#pragma once
+
+#include "policy/tool.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace idemgate::config {
+
+using policy::Duration;
+
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;
+};
+
+struct Admin {
+  Endpoint listen{"127.0.0.1", 8081};
+  std::string token_file;  // empty: no token (refused on a non-loopback address)
+};
+
+struct Ledger {
+  std::string url = "sqlite:./var/ledger.db";
+  int pool_size = 4;                    // PostgreSQL connections (one per worker thread)
+  int queue_limit = 1024;               // pending operations before ledger_busy
+  Duration statement_timeout = std::chrono::seconds(5);
+  std::uint64_t response_cap = 256 * 1024;  // stored response bytes for replay
+};
+
+struct Tls {
+  bool intercept = false;
+  std::string ca_cert = "./var/ca.pem";
+  std::string ca_key = "./var/ca.key";
+  std::string upstream_ca_file;  // added to the system trust store
+  std::vector<std::string> intercept_hosts;
+  std::uint32_t leaf_cache = 1024;
+};
+
+struct Runs {
+  std::string header = "Idemgate-Run";
+  std::uint32_t budget = 200;  // matched calls per run
+};
+
+struct Egress {
+  std::vector<std::string> allow_hosts{"*"};
+  bool allow_private = false;
+  bool allow_loopback = false;
+};
+
+struct Timeouts {
+  Duration client_header = std::chrono::seconds(10);
+  Duration upstream_connect = std::chrono::seconds(5);
+  Duration upstream_response = std::chrono::seconds(30);
+  Duration idle = std::chrono::seconds(60);
+  Duration drain = std::chrono::seconds(30);  // grace for in-flight requests on SIGTERM
+};
+
+struct Limits {
+  std::uint64_t header_bytes = 64 * 1024;
+  std::uint64_t request_line = 8 * 1024;
+  std::uint64_t inspect_body = 1024 * 1024;
+  std::uint64_t request_body = 0;  // 0: unlimited (streamed)
+  std::uint32_t upstream_pool = 64;  // idle upstream connections kept per host:port per thread
+  std::uint32_t max_connections = 100000;
+};
+
+struct Redact {
+  std::vector<std::string> headers;  // besides Authorization, Proxy-Authorization, Cookie, Set-Cookie
+  std::vector<std::string> body;     // JSON pointers
+};
+
+struct Route {
+  std::string prefix;    // "/stripe/"
+  std::string upstream;  // "https://api.stripe.com/"
+};
+
+struct Config {
+  std::string source_path;  // the file it came from
+  Endpoint listen;
+  Admin admin;
+  Ledger ledger;
+  Tls tls;
+  Runs runs;
+  policy::Unmatched unmatched = policy::Unmatched::pass;
+  Egress egress;
+  Timeouts timeouts;
+  Limits limits;
+  Redact redact;
+  std::vector<Route> routes;
+  std::vector<policy::Tool> tools;
+  unsigned threads = 0;  // network threads; 0: one per core
+};
+
+struct ConfigError {
+  std::string file;
+  int line = 0;    // 1-based; 0 when unknown
+  int column = 0;  // 1-based; 0 when unknown
+  std::string message;
+};
+
+// "file:line:column: message"
+std::string format(const ConfigError&);
+
+struct LoadResult {
+  std::shared_ptr<const Config> config;  // null when errors is not empty
+  std::vector<ConfigError> errors;
+};
+
+// Reads, parses and validates; every error found is returned, not the first.
+LoadResult load_file(const std::string& path);
+LoadResult load_string(std::string_view yaml, const std::string& file_name);
+
+}  // namespace idemgate::config
