@@ -1,0 +1,58 @@
+// load_file / load_string: YAML text -> plain structs -> validate() -> an
+// immutable snapshot, or every error found with file:line:column.
+#include "config/config.hpp"
+
+#include "config/schema.hpp"
+#include "config/validate.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace idemgate::config {
+
+std::string format(const ConfigError& error) {
+  std::string out = error.file;
+  if (error.line > 0) {
+    out += ":" + std::to_string(error.line);
+    if (error.column > 0) out += ":" + std::to_string(error.column);
+  }
+  return out + ": " + error.message;
+}
+
+LoadResult load_string(std::string_view yaml, const std::string& file_name) {
+  LoadResult result;
+  auto config = std::make_shared<Config>();
+  config->source_path = file_name;
+  SourceMap positions;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml));
+    // An empty file is a config of defaults with no tools.
+    if (!root.IsNull()) {
+      detail::YamlReader reader(file_name, result.errors, positions);
+      reader.read_struct(root, *config, detail::config_fields());
+    }
+  } catch (const YAML::Exception& e) {
+    result.errors.push_back({file_name, e.mark.line + 1, e.mark.column + 1, e.msg});
+    return result;
+  }
+  normalise(*config);
+  validate(*config, positions, result.errors);
+  if (result.errors.empty()) result.config = std::move(config);
+  return result;
+}
+
+LoadResult load_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadResult result;
+    result.errors.push_back({path, 0, 0, std::string("cannot read the file: ") + std::strerror(errno)});
+    return result;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_string(text.str(), path);
+}
+
+}  // namespace idemgate::config

@@ -1,0 +1,168 @@
+// Cross-field and meaning checks of a config that has been read: patterns
+// are well formed, names are unique, and each tool's keys make sense for its
+// effect. Every problem is reported at the line of the key that causes it.
+#include "config/validate.hpp"
+
+#include "policy/enum_names.hpp"
+#include "policy/pattern.hpp"
+
+#include <boost/url/parse.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace idemgate::config {
+namespace {
+
+using policy::Effect;
+using policy::ReconcileMode;
+
+class Checker {
+ public:
+  Checker(const Config& config, const SourceMap& positions, std::vector<ConfigError>& errors)
+      : config_(config), positions_(positions), errors_(errors) {}
+
+  void run() {
+    check_pattern_list("egress.allow_hosts", config_.egress.allow_hosts, policy::host_glob_error);
+    check_pattern_list("tls.intercept_hosts", config_.tls.intercept_hosts, policy::host_glob_error);
+    check_pattern_list("redact.body", config_.redact.body, policy::json_pointer_error);
+    check_ledger();
+    check_tls();
+    for (std::size_t i = 0; i < config_.routes.size(); ++i) check_route(i);
+    std::map<std::string, std::size_t> first_by_name;
+    for (std::size_t i = 0; i < config_.tools.size(); ++i) {
+      const auto& tool = config_.tools[i];
+      const auto path = "tools[" + std::to_string(i) + "]";
+      if (const auto [it, fresh] = first_by_name.emplace(tool.name, i); !fresh && !tool.name.empty())
+        report(path + ".name", "duplicate tool name '" + tool.name + "' (first declared at line " +
+                                   std::to_string(config_.tools[it->second].source_line) + ")");
+      check_tool(path, tool);
+    }
+  }
+
+ private:
+  void report(const std::string& path, std::string message) {
+    const auto where = positions_.find(path);
+    errors_.push_back({config_.source_path, where.line, where.column, std::move(message)});
+  }
+
+  template <class Check>
+  void check_pattern(const std::string& path, std::string_view value, Check check) {
+    if (auto problem = check(value)) report(path, *problem);
+  }
+
+  template <class Check>
+  void check_pattern_list(const std::string& path, const std::vector<std::string>& values, Check check) {
+    for (const auto& value : values) check_pattern(path, value, check);
+  }
+
+  void check_ledger() {
+    const auto& url = config_.ledger.url;
+    if (!url.starts_with("sqlite:") && !url.starts_with("postgresql://") && !url.starts_with("postgres://"))
+      report("ledger.url", "ledger.url must start with sqlite: or postgresql://, got '" + url + "'");
+    else if (url == "sqlite:")
+      report("ledger.url", "ledger.url needs a file path after sqlite:");
+  }
+
+  void check_tls() {
+    if (!config_.tls.intercept) return;
+    if (config_.tls.ca_cert.empty()) report("tls.ca_cert", "tls.intercept needs tls.ca_cert");
+    if (config_.tls.ca_key.empty()) report("tls.ca_key", "tls.intercept needs tls.ca_key");
+  }
+
+  void check_route(std::size_t index) {
+    const auto path = "routes[" + std::to_string(index) + "]";
+    const auto& route = config_.routes[index];
+    if (route.prefix.size() < 2 || route.prefix.front() != '/' || route.prefix.back() != '/')
+      report(path + ".prefix", "route prefix must start and end with '/', as in /stripe/, got '" +
+                                   route.prefix + "'");
+    check_http_url(path + ".upstream", route.upstream);
+  }
+
+  void check_http_url(const std::string& path, const std::string& text) {
+    const auto url = boost::urls::parse_absolute_uri(text);
+    if (!url || (url->scheme() != "http" && url->scheme() != "https") || url->host().empty())
+      report(path, "'" + text + "' is not an http:// or https:// URL");
+  }
+
+  void check_tool(const std::string& path, const policy::Tool& tool) {
+    if (tool.name.empty()) report(path, "every tool needs a name");
+    const auto& match = tool.match;
+    if (match.host.empty()) report(path + ".match", "tool '" + tool.name + "' needs match.host");
+    else check_pattern(path + ".match.host", match.host, policy::host_glob_error);
+    if (!match.path.empty()) check_pattern(path + ".match.path", match.path, policy::path_pattern_error);
+    if (!std::all_of(match.method.begin(), match.method.end(), [](unsigned char c) { return std::isupper(c); }))
+      report(path + ".match.method", "bad method '" + match.method + "'");
+
+    check_pattern_list(path + ".fingerprint.ignore", tool.fingerprint.ignore, policy::json_pointer_error);
+    check_pattern_list(path + ".require", tool.require, policy::json_pointer_error);
+    check_pattern(path + ".receipt", tool.receipt, policy::json_pointer_error);
+    for (std::size_t i = 0; i < tool.classify.size(); ++i) check_classify_rule(path + ".classify[" + std::to_string(i) + "]", tool.classify[i]);
+    check_reconcile(path, tool);
+  }
+
+  void check_classify_rule(const std::string& path, const policy::ClassifyRule& rule) {
+    if (!rule.status && rule.header.empty()) report(path, "a classify rule needs a status or a header");
+    if (rule.status && (*rule.status < 100 || *rule.status > 599))
+      report(path + ".status", "status must be between 100 and 599");
+    if (!rule.header_value.empty() && rule.header.empty())
+      report(path + ".header_value", "header_value needs header");
+    if (!positions_.written(path + ".class")) report(path, "a classify rule needs a class");
+  }
+
+  void check_reconcile(const std::string& path, const policy::Tool& tool) {
+    const auto& reconcile = tool.reconcile;
+    const bool is_write = tool.effect != Effect::read;
+    for (const char* key : {".reconcile", ".idempotency", ".receipt"})
+      if (!is_write && positions_.written(path + key))
+        report(path + key, std::string(key + 1) + " applies to write and money tools only; tool '" +
+                               tool.name + "' has effect read");
+    if (!is_write) return;
+    const auto& query = reconcile.query;
+    if (reconcile.mode == ReconcileMode::query) {
+      if (query.url.empty())
+        report(path + ".reconcile.mode", "reconcile mode query needs reconcile.query.url");
+      else check_http_url(path + ".reconcile.query.url", query.url);
+      check_pattern(path + ".reconcile.query.found", query.found, policy::json_pointer_error);
+    } else {
+      for (const char* key : {".reconcile.query", ".reconcile.settle"})
+        if (positions_.written(path + key))
+          report(path + key, std::string(key + 1) + " is used only with reconcile mode query");
+    }
+    if (reconcile.mode == ReconcileMode::same_key && !tool.idempotency.honoured)
+      report(path + ".reconcile.mode",
+             "reconcile mode same_key needs a provider that honours the key (idempotency.honoured is false); use query or none");
+  }
+
+  const Config& config_;
+  const SourceMap& positions_;
+  std::vector<ConfigError>& errors_;
+};
+
+std::string to_lower(std::string text) {
+  for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+std::string to_upper(std::string text) {
+  for (auto& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+}  // namespace
+
+void normalise(Config& config) {
+  for (auto& tool : config.tools) {
+    tool.match.host = to_lower(tool.match.host);
+    tool.match.method = to_upper(tool.match.method);
+  }
+  for (auto& host : config.egress.allow_hosts) host = to_lower(host);
+  for (auto& host : config.tls.intercept_hosts) host = to_lower(host);
+}
+
+void validate(const Config& config, const SourceMap& positions, std::vector<ConfigError>& errors) {
+  Checker(config, positions, errors).run();
+}
+
+}  // namespace idemgate::config

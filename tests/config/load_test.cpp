@@ -1,0 +1,91 @@
+// load_string / load_file: every key read into the structs, errors located.
+#include "config/check.hpp"
+#include "config/config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+using namespace idemgate;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string joined_errors(const config::LoadResult& result) {
+  std::string out;
+  for (const auto& e : result.errors) out += config::format(e) + "\n";
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("example.yaml loads with every section read") {
+  const auto result = config::load_file(IDEMGATE_SOURCE_DIR "/config/example.yaml");
+  REQUIRE_MESSAGE(result.errors.empty(), joined_errors(result));
+  const auto& c = *result.config;
+  CHECK(c.listen.host == "127.0.0.1");
+  CHECK(c.listen.port == 8080);
+  CHECK(c.admin.listen.port == 8081);
+  CHECK(c.ledger.url == "sqlite:./var/ledger.db");
+  CHECK(c.limits.header_bytes == 64 * 1024);
+  CHECK(c.limits.inspect_body == 1024 * 1024);
+  CHECK(c.timeouts.upstream_response == 30s);
+  CHECK(c.routes.size() == 1);
+  REQUIRE(c.tools.size() == 3);
+  const auto& charge = c.tools[0];
+  CHECK(charge.name == "stripe.create_charge");
+  CHECK(charge.effect == policy::Effect::money);
+  CHECK(charge.match.method == "POST");
+  CHECK(charge.fingerprint.window == 24h);
+  CHECK(charge.classify.size() == 1);
+  CHECK(charge.classify[0].answer_class == policy::AnswerClass::money_rejected);
+  CHECK(charge.reconcile.ttl == 15min);
+  CHECK(charge.require == std::vector<std::string>{"/amount", "/currency"});
+  CHECK(charge.source_line > 0);
+  CHECK(c.tools[1].policy == policy::PolicyAction::pending_approval);
+}
+
+TEST_CASE("an unknown key names the nearest valid one, with line and column") {
+  const auto result = config::load_string(
+      "tools:\n"
+      "  - name: a\n"
+      "    match: { host: a.example.com }\n"
+      "    efect: write\n",
+      "t.yaml");
+  REQUIRE(result.errors.size() == 1);
+  CHECK(config::format(result.errors[0]) == "t.yaml:4:5: unknown key 'efect'; did you mean 'effect'?");
+  CHECK_FALSE(result.config);
+}
+
+TEST_CASE("every error is collected, not just the first") {
+  const auto result = config::load_string(
+      "listen: nowhere\n"
+      "timeouts: { idle: 15 }\n"
+      "limits: { header_bytes: 64kb }\n"
+      "unmatched: maybe\n",
+      "t.yaml");
+  CHECK_MESSAGE(result.errors.size() == 4, joined_errors(result));
+  CHECK(joined_errors(result).find("valid values: pass, deny") != std::string::npos);
+}
+
+TEST_CASE("a YAML syntax error is located") {
+  const auto result = config::load_string("listen: [\n", "t.yaml");
+  REQUIRE(result.errors.size() == 1);
+  CHECK(result.errors[0].line >= 1);
+}
+
+TEST_CASE("an empty file is the defaults with no tools") {
+  const auto result = config::load_string("", "t.yaml");
+  REQUIRE(result.config);
+  CHECK(result.config->tools.empty());
+  CHECK(result.config->listen.port == 8080);
+}
+
+TEST_CASE("check-config prints ok or every error") {
+  std::ostringstream out, err;
+  CHECK(config::check_config_main(IDEMGATE_SOURCE_DIR "/config/example.yaml", out, err) == 0);
+  CHECK(out.str() == "ok: 3 tools\n");
+  std::ostringstream out2, err2;
+  CHECK(config::check_config_main("/nonexistent/idemgate.yaml", out2, err2) == 2);
+  CHECK(err2.str().find("/nonexistent/idemgate.yaml: cannot read") == 0);
+}
