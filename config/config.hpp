@@ -2,6 +2,7 @@
 // by std::shared_ptr<const Config>. yaml-cpp types never leave config/.
 #pragma once
 
+#include "policy/match.hpp"
 #include "policy/tool.hpp"
 
 #include <cstdint>
@@ -94,6 +95,9 @@ struct Config {
   std::vector<Route> routes;
   std::vector<policy::Tool> tools;
   unsigned threads = 0;  // network threads; 0: one per core
+  // `tools` compiled for matching; set on every successfully loaded config.
+  // Use tool_table->match(request): the returned pointer lives as long as it.
+  std::shared_ptr<const policy::ToolTable> tool_table;
 };
 
 struct ConfigError {

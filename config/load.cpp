@@ -39,6 +39,12 @@ LoadResult load_string(std::string_view yaml, const std::string& file_name) {
   }
   normalise(*config);
   validate(*config, positions, result.errors);
+  auto compiled = policy::ToolTable::compile(config->tools);
+  for (const auto& tie : compiled.ties) {
+    const auto where = positions.find("tools[" + std::to_string(tie.second) + "].match");
+    result.errors.push_back({file_name, where.line, where.column, tie.message});
+  }
+  config->tool_table = std::move(compiled.table);
   if (result.errors.empty()) result.config = std::move(config);
   return result;
 }

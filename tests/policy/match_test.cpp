@@ -1,0 +1,119 @@
+// The matcher: each precedence rule, ties, MCP tool names.
+#include "policy/match.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace idemgate::policy;
+
+namespace {
+
+Tool make_tool(std::string name, std::string host, std::string method, std::string path,
+               std::string mcp = "", std::uint16_t port = 0) {
+  Tool tool;
+  tool.name = std::move(name);
+  tool.match = {std::move(host), port, std::move(method), std::move(path), std::move(mcp)};
+  return tool;
+}
+
+std::string matched(const ToolTable& table, MatchRequest request) {
+  const auto* tool = table.match(request);
+  return tool ? tool->name : "none";
+}
+
+std::shared_ptr<const ToolTable> compile_without_ties(std::vector<Tool> tools) {
+  auto compiled = ToolTable::compile(std::move(tools));
+  REQUIRE(compiled.ties.empty());
+  return compiled.table;
+}
+
+}  // namespace
+
+TEST_CASE("path patterns: exact, prefix and {param} segments") {
+  CHECK(path_matches("/v1/charges", "/v1/charges"));
+  CHECK_FALSE(path_matches("/v1/charges", "/v1/charges/"));
+  CHECK(path_matches("/v1/*", "/v1/anything/at/all"));
+  CHECK_FALSE(path_matches("/v1/*", "/v2/x"));
+  CHECK(path_matches("/v1/customers/{id}", "/v1/customers/cus_1"));
+  CHECK_FALSE(path_matches("/v1/customers/{id}", "/v1/customers/"));
+  CHECK_FALSE(path_matches("/v1/customers/{id}", "/v1/customers/a/b"));
+  CHECK(path_matches("/v1/{kind}/{id}/sources", "/v1/customers/c/sources"));
+  CHECK(path_matches("", "/whatever"));
+}
+
+TEST_CASE("exact host beats a glob, which beats any host") {
+  const auto table = compile_without_ties({
+      make_tool("any", "*", "POST", "/v1/charges"),
+      make_tool("glob", "*.stripe.com", "POST", "/v1/charges"),
+      make_tool("deep_glob", "*.eu.stripe.com", "POST", "/v1/charges"),
+      make_tool("exact", "api.stripe.com", "POST", "/v1/charges"),
+  });
+  CHECK(matched(*table, {"POST", "API.Stripe.com.", 443, "/v1/charges"}) == "exact");
+  CHECK(matched(*table, {"POST", "files.stripe.com", 443, "/v1/charges"}) == "glob");
+  CHECK(matched(*table, {"POST", "x.eu.stripe.com", 443, "/v1/charges"}) == "deep_glob");
+  CHECK(matched(*table, {"POST", "stripe.com", 443, "/v1/charges"}) == "any");
+  CHECK(matched(*table, {"POST", "example.org", 443, "/v1/charges"}) == "any");
+}
+
+TEST_CASE("exact path beats {param} segments, which beat a prefix") {
+  const auto table = compile_without_ties({
+      make_tool("prefix", "api.example.com", "", "/v1/*"),
+      make_tool("longer_prefix", "api.example.com", "", "/v1/customers/*"),
+      make_tool("param", "api.example.com", "", "/v1/customers/{id}"),
+      make_tool("exact", "api.example.com", "", "/v1/customers/search"),
+      make_tool("host_only", "api.example.com", "", ""),
+  });
+  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/customers/search"}) == "exact");
+  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/customers/cus_1"}) == "param");
+  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/customers/cus_1/x"}) == "longer_prefix");
+  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/charges"}) == "prefix");
+  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v2"}) == "host_only");
+  CHECK(matched(*table, {"GET", "other.example.com", 443, "/v1/charges"}) == "none");
+}
+
+TEST_CASE("a given method beats any method; a method mismatch does not match") {
+  const auto table = compile_without_ties({
+      make_tool("any_method", "api.example.com", "", "/v1/charges"),
+      make_tool("post", "api.example.com", "POST", "/v1/charges"),
+  });
+  CHECK(matched(*table, {"POST", "api.example.com", 443, "/v1/charges"}) == "post");
+  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/charges"}) == "any_method");
+}
+
+TEST_CASE("an MCP tool name beats the plain endpoint; port narrows") {
+  const auto table = compile_without_ties({
+      make_tool("mcp_endpoint", "mcp.example.com", "POST", "/mcp"),
+      make_tool("create_issue", "mcp.example.com", "POST", "/mcp", "create_issue"),
+      make_tool("on_8443", "mcp.example.com", "POST", "/mcp", "", 8443),
+  });
+  CHECK(matched(*table, {"POST", "mcp.example.com", 443, "/mcp", "", "create_issue"}) == "create_issue");
+  CHECK(matched(*table, {"POST", "mcp.example.com", 443, "/mcp", "", "list_issues"}) == "mcp_endpoint");
+  CHECK(matched(*table, {"POST", "mcp.example.com", 8443, "/mcp", "", ""}) == "on_8443");
+}
+
+TEST_CASE("equally specific tools that can match one request are a tie") {
+  const auto same = ToolTable::compile({make_tool("a", "x.com", "POST", "/v1"), make_tool("b", "x.com", "POST", "/v1")});
+  REQUIRE(same.ties.size() == 1);
+  CHECK(same.ties[0].first == 0);
+  CHECK(same.ties[0].second == 1);
+  CHECK(same.ties[0].message.find("'b' ties with tool 'a'") != std::string::npos);
+
+  const auto crossed_params = ToolTable::compile(
+      {make_tool("a", "x.com", "GET", "/v1/{a}/x"), make_tool("b", "x.com", "GET", "/v1/y/{b}")});
+  CHECK(crossed_params.ties.size() == 1);
+
+  const auto disjoint = ToolTable::compile({make_tool("a", "x.com", "POST", "/v1/{id}/x"),
+                                            make_tool("b", "x.com", "POST", "/v1/{id}/y"),
+                                            make_tool("c", "x.com", "GET", "/v1/{id}/x"),
+                                            make_tool("d", "y.com", "POST", "/v1/{id}/x")});
+  CHECK(disjoint.ties.empty());
+}
+
+TEST_CASE("mcp_tool_name reads params.name of a tools/call request only") {
+  CHECK(mcp_tool_name(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_issue","arguments":{}}})") ==
+        std::optional<std::string>("create_issue"));
+  CHECK_FALSE(mcp_tool_name(R"({"jsonrpc":"2.0","id":1,"method":"tools/list"})"));
+  CHECK_FALSE(mcp_tool_name(R"({"method":"tools/call","params":{"name":7}})"));
+  CHECK_FALSE(mcp_tool_name(R"([{"method":"tools/call","params":{"name":"x"}}])"));
+  CHECK_FALSE(mcp_tool_name("{not json"));
+  CHECK_FALSE(mcp_tool_name(""));
+}
