@@ -1,0 +1,212 @@
+// The pass-through path: connect (or reuse), send the transformed request
+// header, stream the body, read the answer header within its deadline and
+// stream it back, then pool the upstream connection if it can be reused.
+#include "proxy/forward.hpp"
+
+#include "proxy/connect.hpp"
+#include "proxy/log.hpp"
+#include "proxy/relay.hpp"
+#include "proxy/respond.hpp"
+#include "proxy/worker.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace idemgate::proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+struct Exchange {
+  std::string method;
+  const Target* target = nullptr;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  unsigned status = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  bool reused = false;
+  std::string reason_code;
+
+  void log() const {
+    if (!request_log_enabled()) return;
+    auto const us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+    boost::json::object o{{"method", method},
+                          {"host", target->host},
+                          {"port", target->port},
+                          {"status", status},
+                          {"bytes_in", bytes_in},
+                          {"bytes_out", bytes_out},
+                          {"duration_ms", us.count() / 1000},
+                          {"duration_us", us.count()},
+                          {"upstream_reused", reused}};
+    if (!reason_code.empty()) o["reason_code"] = reason_code;
+    log_event("request", std::move(o));
+  }
+};
+
+bool is_timeout(const beast::error_code& ec) { return ec == beast::error::timeout; }
+
+}  // namespace
+
+asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast::flat_buffer& client_buffer,
+                                               http::request_parser<http::buffer_body>& parser, const Target& target,
+                                               const config::Config& cfg, Worker& worker) {
+  auto& req = parser.get();
+  Exchange x;
+  x.method = std::string(req.method_string());
+  x.target = &target;
+  unsigned const client_version = req.version();
+  bool const client_wants_keep_alive = req.keep_alive();
+  auto const& timeouts = cfg.timeouts;
+
+  auto answer_problem = [&](Problem p) -> asio::awaitable<ForwardResult> {
+    x.status = p.status;
+    x.reason_code = p.reason_code;
+    worker.stats().problems.fetch_add(1, std::memory_order_relaxed);
+    co_await send_problem(client, p, client_version, false, timeouts.client_header);
+    x.log();
+    co_return ForwardResult{false};
+  };
+
+  if (cfg.limits.request_body != 0 && parser.content_length() && *parser.content_length() > cfg.limits.request_body) {
+    co_return co_await answer_problem(Problem{413, "body_too_large", "Request body too large",
+                                              "the request body is larger than limits.request_body (" +
+                                                  std::to_string(cfg.limits.request_body) + " bytes)"});
+  }
+  bool const has_body = !parser.is_done();
+  bool const expect_continue = beast::iequals(req[http::field::expect], "100-continue");
+
+  // The header the upstream sees.
+  bool const chunked = parser.chunked();
+  req.target(target.origin_form);
+  strip_hop_by_hop(req, true);
+  if (expect_continue) req.erase(http::field::expect);
+  req.set(http::field::host, target.authority());
+  add_via(req, client_version);
+  req.version(11);
+  if (chunked) req.chunked(true);
+
+  std::string const pool_key = target.pool_key();
+  std::unique_ptr<UpstreamConnection> up;
+  std::optional<http::response_parser<http::buffer_body>> rp;
+  bool sent_continue = false;
+
+  // A reused connection can die between our check and our request; a
+  // body-less request is then re-sent once on a fresh connection.
+  for (int attempt = 0;; ++attempt) {
+    up = worker.pool().take(pool_key);
+    if (!up) {
+      auto outcome = co_await connect_upstream(target, cfg, worker);
+      if (!outcome.connection) co_return co_await answer_problem(std::move(*outcome.problem));
+      up = std::move(outcome.connection);
+    }
+    x.reused = up->requests > 0;
+
+    if (expect_continue && has_body && !sent_continue) {
+      // We now know we will forward: let the client send its body.
+      client.expires_after(timeouts.client_header);
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      auto [ec, n] = co_await asio::async_write(client, asio::buffer(kContinue, sizeof kContinue - 1), use_tuple);
+      if (ec) co_return ForwardResult{false};
+      sent_continue = true;
+    }
+
+    http::serializer<true, http::buffer_body> sr{req};
+    auto sent = co_await relay_body(client, client_buffer, parser, up->stream, sr, timeouts.idle,
+                                    cfg.limits.request_body);
+    x.bytes_in = sent.body_bytes;
+    if (sent.failure == RelayFailure::too_large) {
+      co_return co_await answer_problem(Problem{413, "body_too_large", "Request body too large",
+                                                "the request body is larger than limits.request_body (" +
+                                                    std::to_string(cfg.limits.request_body) + " bytes)"});
+    }
+    if (sent.failure == RelayFailure::read) {
+      // The client stopped sending its body: nobody is left to answer.
+      x.status = 0;
+      x.reason_code = is_timeout(sent.ec) ? "client_body_timeout" : "client_body_aborted";
+      x.log();
+      co_return ForwardResult{false};
+    }
+    if (sent.failure == RelayFailure::write) {
+      if (x.reused && !has_body && attempt == 0) continue;
+      co_return co_await answer_problem(upstream_connect_failed("sending the request upstream failed: " +
+                                                                sent.ec.message()));
+    }
+
+    // The answer header, skipping interim 1xx answers.
+    bool retry = false;
+    for (;;) {
+      rp.emplace();
+      rp->header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
+      rp->body_limit(boost::none);
+      if (req.method() == http::verb::head) rp->skip(true);
+      up->stream.expires_after(timeouts.upstream_response);
+      auto [ec, n] = co_await http::async_read_header(up->stream, up->buffer, *rp, use_tuple);
+      if (ec) {
+        if (is_timeout(ec)) {
+          co_return co_await answer_problem(upstream_timed_out(
+              "no answer header from " + target.host + ":" + std::to_string(target.port) +
+              " within timeouts.upstream_response"));
+        }
+        bool const nothing_received = n == 0 && up->buffer.size() == 0;
+        if (x.reused && !has_body && attempt == 0 && nothing_received &&
+            (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
+             ec == asio::error::eof)) {
+          retry = true;
+          break;
+        }
+        if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) {
+          co_return co_await answer_problem(Problem{502, "upstream_closed", "Upstream closed the connection",
+                                                    "the upstream closed the connection before a complete "
+                                                    "answer header: " + ec.message()});
+        }
+        co_return co_await answer_problem(Problem{502, "upstream_bad_response", "Bad answer from upstream",
+                                                  "the upstream's answer header could not be read: " + ec.message()});
+      }
+      auto const code = rp->get().result_int();
+      if (code >= 100 && code < 200 && code != 101) continue;  // interim: drop it
+      break;
+    }
+    if (retry) continue;
+    break;
+  }
+
+  // The answer the client sees.
+  auto& res = rp->get();
+  x.status = res.result_int();
+  bool const upstream_chunked = rp->chunked();
+  bool const eof_delimited = !rp->is_done() && !upstream_chunked && !rp->content_length();
+  bool client_keep_alive = client_wants_keep_alive && !worker.draining() && parser.is_done();
+  strip_hop_by_hop(res, false);
+  add_via(res, res.version());
+  res.version(client_version);
+  if (upstream_chunked || eof_delimited) {
+    if (client_version == 11)
+      res.chunked(true);
+    else
+      client_keep_alive = false;
+  }
+  res.keep_alive(client_keep_alive);
+
+  http::serializer<false, http::buffer_body> sr{res};
+  auto got = co_await relay_body(up->stream, up->buffer, *rp, client, sr, timeouts.idle, 0);
+  x.bytes_out = got.body_bytes;
+  if (got.failure != RelayFailure::none) {
+    x.reason_code = got.failure == RelayFailure::read ? "upstream_body_aborted" : "client_gone";
+    x.log();
+    co_return ForwardResult{false};
+  }
+  ++up->requests;
+  if (rp->keep_alive() && !rp->need_eof() && up->buffer.size() == 0 && !worker.draining()) {
+    worker.pool().give_back(pool_key, std::move(up));
+  }
+  x.log();
+  co_return ForwardResult{client_keep_alive};
+}
+
+}  // namespace idemgate::proxy

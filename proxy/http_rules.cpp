@@ -1,0 +1,207 @@
+// HTTP/1.1 framing and header rules for the proxy (see http_rules.hpp).
+#include "proxy/http_rules.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/url/parse.hpp>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <vector>
+
+namespace idemgate::proxy {
+
+namespace http = boost::beast::http;
+
+RawHeaderCheck check_raw_header(std::string_view bytes, std::size_t request_line_limit) noexcept {
+  RawHeaderCheck out;
+  std::size_t pos = 0;
+  // Skip empty lines before the request line.
+  while (pos + 1 < bytes.size() && bytes[pos] == '\r' && bytes[pos + 1] == '\n') pos += 2;
+  auto const line_end = bytes.find("\r\n", pos);
+  std::size_t const line_len = (line_end == std::string_view::npos ? bytes.size() : line_end) - pos;
+  if (line_len > request_line_limit) {
+    out.error = RawHeaderError::request_line_too_long;
+    return out;
+  }
+  auto const end = bytes.find("\r\n\r\n", pos);
+  std::string_view const scan = end == std::string_view::npos ? bytes : bytes.substr(0, end + 4);
+  for (std::size_t i = pos; i < scan.size(); ++i) {
+    char const c = scan[i];
+    if (c == '\0') {
+      out.error = RawHeaderError::nul_byte;
+      return out;
+    }
+    if (c == '\n') {
+      if (i == 0 || scan[i - 1] != '\r') {
+        out.error = RawHeaderError::bare_lf;
+        return out;
+      }
+      if (i + 1 < scan.size() && (scan[i + 1] == ' ' || scan[i + 1] == '\t')) {
+        out.error = RawHeaderError::obs_fold;
+        return out;
+      }
+    }
+  }
+  if (end == std::string_view::npos) return out;  // incomplete
+  out.error = RawHeaderError::none;
+  out.header_size = end + 4;
+  return out;
+}
+
+std::string Target::authority() const {
+  bool const v6 = host.find(':') != std::string::npos;
+  std::string a = v6 ? "[" + host + "]" : host;
+  bool const default_port = (scheme == "http" && port == 80) || (scheme == "https" && port == 443);
+  if (!default_port) a += ":" + std::to_string(port);
+  return a;
+}
+
+std::string Target::pool_key() const {
+  return scheme + "://" + host + ":" + std::to_string(port);
+}
+
+namespace {
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::optional<std::uint16_t> parse_port(std::string_view s) {
+  if (s.empty() || s.size() > 5) return std::nullopt;
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size() || v == 0 || v > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(v);
+}
+
+}  // namespace
+
+std::optional<Target> parse_absolute_target(std::string_view text) {
+  auto parsed = boost::urls::parse_absolute_uri(text);
+  if (!parsed) return std::nullopt;
+  auto const& u = *parsed;
+  Target t;
+  t.scheme = lowercase(u.scheme());
+  if (t.scheme != "http" && t.scheme != "https") return std::nullopt;
+  if (!u.has_authority() || u.has_userinfo()) return std::nullopt;
+  auto const host_type = u.host_type();
+  if (host_type == boost::urls::host_type::ipv6) {
+    t.host = lowercase(u.encoded_host_address());
+    t.host_is_ip = true;
+  } else if (host_type == boost::urls::host_type::ipv4) {
+    t.host = std::string(u.encoded_host());
+    t.host_is_ip = true;
+  } else if (host_type == boost::urls::host_type::name) {
+    t.host = lowercase(u.encoded_host());
+  } else {
+    return std::nullopt;
+  }
+  if (t.host.empty()) return std::nullopt;
+  if (u.has_port()) {
+    auto p = parse_port(u.port());
+    if (!p) return std::nullopt;
+    t.port = *p;
+  } else {
+    t.port = t.scheme == "https" ? 443 : 80;
+  }
+  std::string_view path = u.encoded_path();
+  t.origin_form = path.empty() ? "/" : std::string(path);
+  if (u.has_query()) {
+    t.origin_form += '?';
+    t.origin_form += u.encoded_query();
+  }
+  return t;
+}
+
+std::optional<Target> parse_authority_target(std::string_view text) {
+  Target t;
+  t.scheme = "https";
+  std::string_view host;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      return std::nullopt;
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+    t.host_is_ip = true;
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) return std::nullopt;
+  }
+  if (host.empty()) return std::nullopt;
+  for (char c : host) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+              (t.host_is_ip && c == ':');
+    if (!ok) return std::nullopt;
+  }
+  auto p = parse_port(port);
+  if (!p) return std::nullopt;
+  t.port = *p;
+  t.host = lowercase(host);
+  if (!t.host_is_ip) {
+    t.host_is_ip = std::all_of(t.host.begin(), t.host.end(),
+                               [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
+  }
+  t.origin_form = "/";
+  return t;
+}
+
+bool acceptable_request_transfer_encoding(const http::fields& f) {
+  auto const count = f.count(http::field::transfer_encoding);
+  if (count == 0) return true;
+  if (count > 1) return false;
+  auto const value = f[http::field::transfer_encoding];
+  http::token_list tokens{value};
+  auto it = tokens.begin();
+  if (it == tokens.end() || !boost::beast::iequals(*it, "chunked")) return false;
+  return ++it == tokens.end();
+}
+
+void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
+  // Headers named by Connection are hop-by-hop too.
+  std::vector<std::string> named;
+  for (auto const& field : f) {
+    if (field.name() != http::field::connection && field.name() != http::field::proxy_connection) continue;
+    for (auto token : http::token_list{field.value()}) named.emplace_back(token);
+  }
+  for (auto const& name : named) f.erase(name);
+  static constexpr std::array hop_by_hop{
+      http::field::connection,          http::field::keep_alive, http::field::proxy_authorization,
+      http::field::proxy_connection,    http::field::te,         http::field::trailer,
+      http::field::upgrade,             http::field::transfer_encoding,
+  };
+  for (auto name : hop_by_hop) f.erase(name);
+  if (strip_idemgate) {
+    for (auto it = f.begin(); it != f.end();) {
+      auto const name = it->name_string();
+      if (name.size() >= 9 && boost::beast::iequals(name.substr(0, 9), "idemgate-"))
+        it = f.erase(it);
+      else
+        ++it;
+    }
+  }
+}
+
+void add_via(http::fields& f, unsigned version) {
+  std::string hop = std::to_string(version / 10) + "." + std::to_string(version % 10) + " idemgate";
+  auto existing = f[http::field::via];
+  if (existing.empty()) {
+    f.set(http::field::via, hop);
+  } else {
+    std::string joined(existing);
+    joined += ", ";
+    joined += hop;
+    f.set(http::field::via, joined);
+  }
+}
+
+}  // namespace idemgate::proxy

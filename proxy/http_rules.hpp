@@ -1,0 +1,63 @@
+// The HTTP/1.1 rules a forward proxy enforces before and while it forwards:
+// raw header checks (obs-fold, bare LF, request-line length), absolute-form
+// targets, request framing, hop-by-hop headers. Sans-I/O: unit-tested on bytes.
+#pragma once
+
+#include <boost/beast/http/fields.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace idemgate::proxy {
+
+enum class RawHeaderError {
+  none,
+  incomplete,              // no CRLFCRLF yet
+  request_line_too_long,
+  obs_fold,                // a header line starting with SP or HTAB
+  bare_lf,                 // LF not preceded by CR
+  nul_byte,
+};
+
+struct RawHeaderCheck {
+  RawHeaderError error = RawHeaderError::incomplete;
+  std::size_t header_size = 0;  // bytes up to and including CRLFCRLF
+};
+
+// Looks at the bytes received so far. Leading empty lines before the request
+// line are tolerated (RFC 9112 section 2.2).
+RawHeaderCheck check_raw_header(std::string_view bytes, std::size_t request_line_limit) noexcept;
+
+struct Target {
+  std::string scheme;  // "http" or "https"
+  std::string host;    // lowercased; IPv6 without brackets
+  std::uint16_t port = 0;
+  std::string origin_form;  // "/path?query", never empty
+  bool host_is_ip = false;
+
+  std::string authority() const;  // host[:port] as a Host header (default port dropped)
+  std::string pool_key() const;   // "scheme://host:port"
+};
+
+// Parses an absolute-form request target ("http://host:port/path?q").
+std::optional<Target> parse_absolute_target(std::string_view target);
+
+// Parses a CONNECT authority-form target ("host:port"; port required).
+std::optional<Target> parse_authority_target(std::string_view target);
+
+// Transfer-Encoding on a request must be exactly "chunked" (RFC 9112 6.1:
+// anything else cannot be framed reliably). Returns false when it is not.
+bool acceptable_request_transfer_encoding(const boost::beast::http::fields&);
+
+// Removes Connection and every header it names, Keep-Alive,
+// Proxy-Authorization, Proxy-Connection, TE, Trailer, Upgrade and
+// Transfer-Encoding (framing is re-done by the serializer), plus Idemgate-*
+// request headers when strip_idemgate is set.
+void strip_hop_by_hop(boost::beast::http::fields&, bool strip_idemgate);
+
+// Appends this hop to Via ("1.1 idemgate").
+void add_via(boost::beast::http::fields&, unsigned version);
+
+}  // namespace idemgate::proxy

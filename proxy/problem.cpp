@@ -1,0 +1,32 @@
+// Problem details bodies (RFC 9457).
+#include "proxy/problem.hpp"
+
+#include <boost/json/serialize.hpp>
+
+namespace idemgate::proxy {
+
+std::string problem_json(const Problem& p) {
+  boost::json::object o;
+  o["type"] = "urn:idemgate:problem:" + p.reason_code;
+  o["title"] = p.title;
+  o["status"] = p.status;
+  o["detail"] = p.detail;
+  o["reason_code"] = p.reason_code;
+  if (p.retry_after_s) o["retry_after_s"] = *p.retry_after_s;
+  for (auto const& kv : p.extra) o[kv.key()] = kv.value();
+  return boost::json::serialize(o);
+}
+
+Problem bad_request(std::string detail) {
+  return {400, "malformed_request", "Malformed request", std::move(detail), std::nullopt, {}};
+}
+
+Problem upstream_connect_failed(std::string detail) {
+  return {502, "upstream_connect_failed", "Upstream connection failed", std::move(detail), std::nullopt, {}};
+}
+
+Problem upstream_timed_out(std::string detail) {
+  return {504, "upstream_timeout", "Upstream timed out", std::move(detail), std::nullopt, {}};
+}
+
+}  // namespace idemgate::proxy

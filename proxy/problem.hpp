@@ -1,0 +1,29 @@
+// RFC 9457 problem details: every answer the proxy writes itself is one,
+// with a reason_code a machine can switch on.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <optional>
+#include <string>
+
+namespace idemgate::proxy {
+
+struct Problem {
+  unsigned status = 500;
+  std::string reason_code;
+  std::string title;
+  std::string detail;
+  std::optional<unsigned> retry_after_s;  // also sent as Retry-After
+  boost::json::object extra;             // further members (tool, run, ...)
+};
+
+// The JSON body, with type "urn:idemgate:problem:<reason_code>".
+std::string problem_json(const Problem&);
+
+// Canned problems for the proxy's own errors.
+Problem bad_request(std::string detail);
+Problem upstream_connect_failed(std::string detail);
+Problem upstream_timed_out(std::string detail);
+
+}  // namespace idemgate::proxy

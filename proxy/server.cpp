@@ -1,0 +1,141 @@
+// Threads, acceptors, signals, drain and reload (see server.hpp).
+#include "proxy/server.hpp"
+
+#include "proxy/listener.hpp"
+#include "proxy/log.hpp"
+#include "proxy/worker.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+namespace idemgate::proxy {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+void log_exception(std::string_view where, std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    log_event("internal_error", {{"where", where}, {"error", ex.what()}});
+  }
+}
+
+}  // namespace
+
+int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options) {
+  ConfigSource source(cfg);
+  unsigned const threads = cfg->threads ? cfg->threads : std::max(1u, std::thread::hardware_concurrency());
+
+  boost::system::error_code ec;
+  auto const address = asio::ip::make_address(cfg->listen.host, ec);
+  if (ec) {
+    log_event("fatal", {{"error", "listen host must be an IP address: " + cfg->listen.host}});
+    return 1;
+  }
+  tcp::endpoint endpoint(address, cfg->listen.port);
+
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<tcp::acceptor> acceptors;
+  try {
+    for (unsigned i = 0; i < threads; ++i) {
+      workers.push_back(std::make_unique<Worker>(source, i));
+      acceptors.push_back(open_acceptor(workers.back()->context(), endpoint));
+      // With port 0 the first bind picks the port; the rest share it.
+      if (i == 0) endpoint.port(acceptors.front().local_endpoint().port());
+    }
+  } catch (const boost::system::system_error& e) {
+    log_event("fatal", {{"error", "cannot listen on " + cfg->listen.host + ":" + std::to_string(cfg->listen.port) +
+                                      ": " + e.code().message()}});
+    return 1;
+  }
+  for (unsigned i = 0; i < threads; ++i) {
+    asio::co_spawn(workers[i]->context(), accept_loop(acceptors[i], *workers[i]),
+                   [](std::exception_ptr e) { log_exception("accept_loop", e); });
+  }
+
+  log_event("listening", {{"address", endpoint.address().to_string()},
+                          {"port", endpoint.port()},
+                          {"threads", threads},
+                          {"config", options.config_path}});
+  if (!options.port_file.empty()) {
+    std::string const tmp = options.port_file + ".tmp";
+    { std::ofstream(tmp) << endpoint.port() << "\n"; }
+    std::rename(tmp.c_str(), options.port_file.c_str());
+  }
+
+  asio::io_context main_ioc{1};
+  std::atomic<unsigned> finished{0};
+  std::vector<std::thread> pool;
+  for (auto& w : workers) {
+    pool.emplace_back([&, worker = w.get()] {
+      for (;;) {
+        try {
+          worker->context().run();
+          break;
+        } catch (const std::exception& e) {
+          log_event("internal_error", {{"where", "network thread"}, {"error", e.what()}});
+        }
+      }
+      if (++finished == workers.size()) asio::post(main_ioc, [&] { main_ioc.stop(); });
+    });
+  }
+
+  asio::signal_set signals(main_ioc, SIGINT, SIGTERM, SIGHUP);
+  asio::steady_timer grace(main_ioc);
+  bool draining = false;
+  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code sec, int signo) {
+    if (sec) return;
+    if (signo == SIGHUP) {
+      auto loaded = config::load_file(options.config_path);
+      if (!loaded.config) {
+        boost::json::array errors;
+        for (auto const& e : loaded.errors) errors.push_back(boost::json::string(config::format(e)));
+        log_event("config_reload_failed", {{"config", options.config_path}, {"errors", std::move(errors)}});
+      } else {
+        if (loaded.config->listen.host != cfg->listen.host || loaded.config->listen.port != cfg->listen.port)
+          log_event("config_reload_warning", {{"detail", "listen changes need a restart; kept the old address"}});
+        source.set(loaded.config);
+        log_event("config_reloaded", {{"config", options.config_path}, {"tools", loaded.config->tools.size()}});
+      }
+    } else if (!draining) {
+      draining = true;
+      auto const drain = source.get()->timeouts.drain;
+      log_event("draining", {{"signal", signo}, {"grace_ms", drain.count()}});
+      for (unsigned i = 0; i < workers.size(); ++i) {
+        asio::post(workers[i]->context(), [&acceptor = acceptors[i], worker = workers[i].get()] {
+          boost::system::error_code ignored;
+          acceptor.close(ignored);
+          worker->begin_drain();
+        });
+      }
+      grace.expires_after(drain);
+      grace.async_wait([&](boost::system::error_code tec) {
+        if (tec) return;
+        log_event("drain_timeout", {{"detail", "grace period over; closing remaining connections"}});
+        for (auto& w : workers) w->context().stop();
+      });
+    } else {
+      log_event("drain_forced", {{"signal", signo}});
+      for (auto& w : workers) w->context().stop();
+    }
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+  main_ioc.run();
+  for (auto& t : pool) t.join();
+  log_event("stopped", {});
+  return 0;
+}
+
+}  // namespace idemgate::proxy

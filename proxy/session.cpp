@@ -1,0 +1,199 @@
+// The client side of the proxy: header reading with raw checks, dispatch to
+// forward or tunnel, problem answers, keep-alive and drain.
+#include "proxy/session.hpp"
+
+#include "proxy/forward.hpp"
+#include "proxy/http_rules.hpp"
+#include "proxy/log.hpp"
+#include "proxy/problem.hpp"
+#include "proxy/respond.hpp"
+#include "proxy/tunnel.hpp"
+#include "proxy/worker.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+
+namespace idemgate::proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+class Session final : public Drainable {
+public:
+  Session(tcp::socket socket, Worker& worker) : client_(std::move(socket)), worker_(worker) {
+    worker_.add(this);
+    worker_.stats().connections.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Session() { worker_.remove(this); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void close_if_idle() override {
+    if (idle_) {
+      beast::error_code ignored;
+      client_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      client_.socket().cancel(ignored);
+    }
+  }
+
+  asio::awaitable<void> run() {
+    for (;;) {
+      if (worker_.draining()) break;
+      auto cfg = worker_.config().get();  // one snapshot per request
+      bool keep_alive = co_await serve_one(*cfg);
+      if (!keep_alive) break;
+    }
+    beast::error_code ignored;
+    client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    client_.close();
+  }
+
+private:
+  enum class HeaderRead { ok, closed, problem_sent };
+
+  // Reads one request header into parser_, checking the raw bytes first.
+  asio::awaitable<HeaderRead> read_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser) {
+    auto const& limits = cfg.limits;
+    std::size_t const header_limit = static_cast<std::size_t>(limits.header_bytes);
+    bool waiting_first_byte = buffer_.size() == 0;
+    idle_ = waiting_first_byte;
+    if (!waiting_first_byte) client_.expires_after(cfg.timeouts.client_header);
+    for (;;) {
+      auto const bytes = std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+      auto const check = check_raw_header(bytes, static_cast<std::size_t>(limits.request_line));
+      switch (check.error) {
+        case RawHeaderError::none: {
+          idle_ = false;
+          beast::error_code ec;
+          parser.header_limit(static_cast<std::uint32_t>(header_limit + 1));
+          parser.body_limit(boost::none);
+          parser.put(asio::buffer(buffer_.data().data(), check.header_size), ec);
+          buffer_.consume(check.header_size);
+          if (ec || !parser.is_header_done()) {
+            co_await write_problem(cfg, bad_request("request header rejected: " + ec.message()), 11);
+            co_return HeaderRead::problem_sent;
+          }
+          co_return HeaderRead::ok;
+        }
+        case RawHeaderError::request_line_too_long:
+          co_await write_problem(cfg, Problem{414, "request_line_too_long", "Request line too long",
+                                               "the request line is longer than limits.request_line (" +
+                                                   std::to_string(limits.request_line) + " bytes)"},
+                                 11);
+          co_return HeaderRead::problem_sent;
+        case RawHeaderError::obs_fold:
+          co_await write_problem(cfg, bad_request("obsolete line folding (obs-fold) in a header is not accepted"), 11);
+          co_return HeaderRead::problem_sent;
+        case RawHeaderError::bare_lf:
+          co_await write_problem(cfg, bad_request("header lines must end with CRLF"), 11);
+          co_return HeaderRead::problem_sent;
+        case RawHeaderError::nul_byte:
+          co_await write_problem(cfg, bad_request("NUL byte in the request header"), 11);
+          co_return HeaderRead::problem_sent;
+        case RawHeaderError::incomplete:
+          break;
+      }
+      if (buffer_.size() > header_limit) {
+        co_await write_problem(cfg, Problem{431, "header_too_large", "Request header fields too large",
+                                             "the request header is larger than limits.header_bytes (" +
+                                                 std::to_string(limits.header_bytes) + " bytes)"},
+                               11);
+        co_return HeaderRead::problem_sent;
+      }
+      if (waiting_first_byte) client_.expires_after(cfg.timeouts.idle);
+      std::size_t const room = std::min<std::size_t>(4096, header_limit + 1 - buffer_.size());
+      auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
+      if (ec) {
+        // EOF or a reset between requests is a normal end; a timeout
+        // mid-header gets nothing (the client stopped talking).
+        co_return HeaderRead::closed;
+      }
+      buffer_.commit(n);
+      if (waiting_first_byte) {
+        waiting_first_byte = false;
+        idle_ = false;
+        client_.expires_after(cfg.timeouts.client_header);
+      }
+    }
+  }
+
+  asio::awaitable<bool> serve_one(const config::Config& cfg) {
+    http::request_parser<http::buffer_body> parser;
+    auto const got = co_await read_header(cfg, parser);
+    if (got != HeaderRead::ok) co_return false;
+    worker_.stats().requests.fetch_add(1, std::memory_order_relaxed);
+    auto& req = parser.get();
+    unsigned const version = req.version();
+
+    if (version != 10 && version != 11) {
+      co_await write_problem(cfg, Problem{505, "http_version_not_supported", "HTTP version not supported",
+                                           "only HTTP/1.0 and HTTP/1.1 are spoken here"},
+                             11);
+      co_return false;
+    }
+    if (!acceptable_request_transfer_encoding(req)) {
+      co_await write_problem(cfg, bad_request("Transfer-Encoding must be exactly 'chunked'"), version);
+      co_return false;
+    }
+    if (req.method() == http::verb::connect) {
+      auto target = parse_authority_target(req.target());
+      if (!target) {
+        co_await write_problem(cfg, bad_request("CONNECT needs an authority-form target host:port"), version);
+        co_return false;
+      }
+      co_await run_tunnel(client_, buffer_, *target, cfg, worker_);
+      co_return false;
+    }
+    auto target = parse_absolute_target(req.target());
+    if (!target) {
+      bool const origin_form = !req.target().empty() && req.target().front() == '/';
+      co_await write_problem(
+          cfg,
+          origin_form ? Problem{400, "not_a_proxy_request", "Not a proxy request",
+                                "origin-form target '" + std::string(req.target()) +
+                                    "' matches no gateway route; send absolute-form (http://host/path) "
+                                    "through HTTP_PROXY",
+                                std::nullopt, {}}
+                      : bad_request("request target is not an absolute http:// or https:// URL"),
+          version);
+      co_return false;
+    }
+    if (target->scheme != "http") {
+      co_await write_problem(cfg, bad_request("https:// targets arrive through CONNECT, not in absolute form"),
+                             version);
+      co_return false;
+    }
+    ForwardResult r = co_await forward_request(client_, buffer_, parser, *target, cfg, worker_);
+    co_return r.client_keep_alive && !worker_.draining();
+  }
+
+  asio::awaitable<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
+    worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+    co_await send_problem(client_, p, version, false, cfg.timeouts.client_header);
+    if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
+  }
+
+  beast::tcp_stream client_;
+  beast::flat_buffer buffer_;
+  Worker& worker_;
+  bool idle_ = true;
+};
+
+}  // namespace
+
+asio::awaitable<void> serve_connection(tcp::socket socket, Worker& worker) {
+  Session session(std::move(socket), worker);
+  co_await session.run();
+}
+
+}  // namespace idemgate::proxy

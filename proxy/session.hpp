@@ -1,0 +1,15 @@
+// One client connection: reads requests, forwards them (or tunnels CONNECT),
+// and writes answers, until the client, a deadline or a drain ends it.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+namespace idemgate::proxy {
+
+class Worker;
+
+// Serves the connection to completion. Runs on worker's io_context.
+boost::asio::awaitable<void> serve_connection(boost::asio::ip::tcp::socket socket, Worker& worker);
+
+}  // namespace idemgate::proxy

@@ -1,0 +1,20 @@
+// CONNECT host:port as a blind bidirectional byte tunnel.
+#pragma once
+
+#include "config/config.hpp"
+#include "proxy/http_rules.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+namespace idemgate::proxy {
+
+class Worker;
+
+// Connects, answers 200, then copies bytes both ways until both sides have
+// finished or the idle deadline passes. The client connection ends with it.
+boost::asio::awaitable<void> run_tunnel(boost::beast::tcp_stream& client, boost::beast::flat_buffer& client_buffer,
+                                        const Target& target, const config::Config& cfg, Worker& worker);
+
+}  // namespace idemgate::proxy

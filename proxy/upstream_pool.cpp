@@ -1,0 +1,65 @@
+// Per-thread upstream keep-alive pool.
+#include "proxy/upstream_pool.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace idemgate::proxy {
+
+namespace {
+
+// An idle connection must have nothing to read: EOF or stray bytes mean the
+// upstream closed it or broke framing, and a request sent on it would fail
+// after leaving (an unknown outcome we can avoid for free).
+bool still_usable(UpstreamConnection& c) {
+  auto& sock = c.stream.socket();
+  if (!sock.is_open()) return false;
+  char byte;
+  ssize_t n = ::recv(sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+  return false;
+}
+
+}  // namespace
+
+UpstreamPool::UpstreamPool(std::size_t max_idle_per_key, std::chrono::steady_clock::duration idle_ttl)
+    : max_idle_per_key_(max_idle_per_key), idle_ttl_(idle_ttl) {}
+
+std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
+  auto it = idle_.find(key);
+  if (it == idle_.end()) return nullptr;
+  auto& list = it->second;
+  auto const now = std::chrono::steady_clock::now();
+  while (!list.empty()) {
+    auto c = std::move(list.back());
+    list.pop_back();
+    if (now - c->idle_since < idle_ttl_ && still_usable(*c)) {
+      ++stats_.reused;
+      return c;
+    }
+    ++stats_.dropped_stale;
+  }
+  return nullptr;
+}
+
+void UpstreamPool::give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c) {
+  auto& list = idle_[key];
+  if (list.size() >= max_idle_per_key_) {
+    ++stats_.dropped_full;
+    return;
+  }
+  c->idle_since = std::chrono::steady_clock::now();
+  c->stream.expires_never();
+  list.push_back(std::move(c));
+}
+
+void UpstreamPool::clear() { idle_.clear(); }
+
+std::size_t UpstreamPool::idle_count() const noexcept {
+  std::size_t n = 0;
+  for (auto const& [key, list] : idle_) n += list.size();
+  return n;
+}
+
+}  // namespace idemgate::proxy

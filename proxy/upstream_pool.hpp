@@ -1,0 +1,54 @@
+// Idle keep-alive connections to upstreams, one pool per network thread (so
+// no locks), bounded per host:port. A connection the upstream has closed
+// while idle is dropped on take(), never handed out.
+#pragma once
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace idemgate::proxy {
+
+struct UpstreamConnection {
+  explicit UpstreamConnection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
+
+  boost::beast::tcp_stream stream;
+  boost::beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since{};
+  std::uint64_t requests = 0;  // requests carried so far; > 0 means reused
+};
+
+struct UpstreamPoolStats {
+  std::uint64_t reused = 0;
+  std::uint64_t dropped_stale = 0;
+  std::uint64_t dropped_full = 0;
+};
+
+class UpstreamPool {
+public:
+  UpstreamPool(std::size_t max_idle_per_key, std::chrono::steady_clock::duration idle_ttl);
+
+  // An idle connection for key ("scheme://host:port"), or null.
+  std::unique_ptr<UpstreamConnection> take(const std::string& key);
+
+  // Keeps c for reuse unless the pool for key is full.
+  void give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c);
+
+  void clear();
+  std::size_t idle_count() const noexcept;
+  const UpstreamPoolStats& stats() const noexcept { return stats_; }
+
+private:
+  std::size_t max_idle_per_key_;
+  std::chrono::steady_clock::duration idle_ttl_;
+  std::unordered_map<std::string, std::vector<std::unique_ptr<UpstreamConnection>>> idle_;
+  UpstreamPoolStats stats_;
+};
+
+}  // namespace idemgate::proxy

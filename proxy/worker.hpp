@@ -1,0 +1,75 @@
+// A network thread's world: its io_context, its upstream pool and the
+// sessions it serves, plus the config snapshot source every thread shares.
+// Everything but ConfigSource is touched only from the worker's own thread.
+#pragma once
+
+#include "config/config.hpp"
+#include "proxy/upstream_pool.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_set>
+
+namespace idemgate::proxy {
+
+// The current immutable configuration; reload swaps the pointer and every
+// request keeps the snapshot it started with.
+class ConfigSource {
+public:
+  explicit ConfigSource(std::shared_ptr<const config::Config> initial) : current_(std::move(initial)) {}
+  std::shared_ptr<const config::Config> get() const { return current_.load(std::memory_order_acquire); }
+  void set(std::shared_ptr<const config::Config> next) { current_.store(std::move(next), std::memory_order_release); }
+
+private:
+  std::atomic<std::shared_ptr<const config::Config>> current_;
+};
+
+class Drainable {
+public:
+  virtual void close_if_idle() = 0;
+
+protected:
+  ~Drainable() = default;
+};
+
+struct WorkerStats {
+  std::atomic<std::uint64_t> connections{0};
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> tunnels{0};
+  std::atomic<std::uint64_t> problems{0};
+  std::atomic<std::uint64_t> upstream_connects{0};
+};
+
+class Worker {
+public:
+  Worker(ConfigSource& config, unsigned index);
+
+  boost::asio::io_context& context() noexcept { return ioc_; }
+  ConfigSource& config() noexcept { return config_; }
+  UpstreamPool& pool() noexcept { return pool_; }
+  WorkerStats& stats() noexcept { return stats_; }
+  unsigned index() const noexcept { return index_; }
+
+  bool draining() const noexcept { return draining_; }
+  void add(Drainable* s) { sessions_.insert(s); }
+  void remove(Drainable* s) { sessions_.erase(s); }
+  std::size_t active_sessions() const noexcept { return sessions_.size(); }
+
+  // On this worker's thread: closes idle connections and makes busy ones
+  // close after their current request.
+  void begin_drain();
+
+private:
+  boost::asio::io_context ioc_{1};
+  ConfigSource& config_;
+  unsigned index_;
+  UpstreamPool pool_;
+  WorkerStats stats_;
+  bool draining_ = false;
+  std::unordered_set<Drainable*> sessions_;
+};
+
+}  // namespace idemgate::proxy
