@@ -41,6 +41,34 @@ Result<ClientContextPtr> make_client_context(const std::string& upstream_ca_file
   }
 }
 
+namespace {
+
+// OpenSSL drops the peer certificate when verification fails, so the verify
+// callback keeps the leaf it rejected (freed with the SSL) for
+// describe_handshake_error to name what the upstream actually presented.
+void free_rejected(void*, void* cert, CRYPTO_EX_DATA*, int, long, void*) {
+  X509_free(static_cast<X509*>(cert));
+}
+
+int rejected_cert_index() {
+  static const int index =
+      SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_rejected);
+  return index;
+}
+
+int keep_rejected_leaf(int preverify_ok, X509_STORE_CTX* store) {
+  if (preverify_ok) return preverify_ok;
+  auto* ssl = static_cast<SSL*>(
+      X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  X509* leaf = X509_STORE_CTX_get0_cert(store);
+  if (ssl && leaf && !SSL_get_ex_data(ssl, rejected_cert_index()) && X509_up_ref(leaf) == 1 &&
+      SSL_set_ex_data(ssl, rejected_cert_index(), leaf) != 1)
+    X509_free(leaf);
+  return preverify_ok;
+}
+
+}  // namespace
+
 boost::system::error_code prepare_client_ssl(SSL* ssl, std::string_view host_text) {
   auto host = parse_host(host_text);
   if (!host.ok()) return make_error_code(boost::system::errc::invalid_argument);
@@ -54,6 +82,7 @@ boost::system::error_code prepare_client_ssl(SSL* ssl, std::string_view host_tex
     ok = SSL_set_tlsext_host_name(ssl, host.value.name.c_str()) == 1 &&
          SSL_set1_host(ssl, host.value.name.c_str()) == 1;
   }
+  SSL_set_verify(ssl, SSL_VERIFY_PEER, keep_rejected_leaf);
   if (!ok) {
     auto code = static_cast<int>(ERR_get_error());
     ERR_clear_error();
@@ -113,7 +142,9 @@ std::string describe_handshake_error(const boost::system::error_code& ec, const 
         out += ip;
         OPENSSL_free(ip);
       }
-      if (X509* peer = SSL_get0_peer_certificate(ssl)) {
+      auto* peer = static_cast<X509*>(SSL_get_ex_data(ssl, rejected_cert_index()));
+      if (!peer) peer = SSL_get0_peer_certificate(ssl);
+      if (peer) {
         out += "; the certificate names ";
         out += certificate_names(peer);
       }

@@ -27,6 +27,8 @@ Result<ClientContextPtr> make_client_context(const std::string& upstream_ca_file
 // Sets SNI (not for IP literals, RFC 6066) and the name the certificate must
 // carry (DNS SAN, or IP SAN for a literal) on one connection. Call before
 // async_handshake; a certificate for another name then fails the handshake.
+// Installs the connection's verify callback (it keeps the rejected leaf for
+// describe_handshake_error): do not call set_verify_callback afterwards.
 boost::system::error_code prepare_client_ssl(SSL* ssl, std::string_view host);
 
 // For boost::asio::ssl::stream<...> and beast::ssl_stream<...>.

@@ -1,0 +1,3 @@
+// doctest entry point for tests_tls.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
