@@ -22,9 +22,10 @@ struct EnumNames<Effect> {
 };
 template <>
 struct EnumNames<AnswerClass> {
-  static constexpr std::array<std::string_view, 11> names{
-      "ok",        "rate_limited", "transient",  "unknown",  "auth",          "forbidden",
-      "not_found", "validation",   "conflict",   "money_rejected", "policy_deny"};
+  static constexpr std::array<std::string_view, 12> names{
+      "ok",         "rate_limited", "transient",      "unknown",     "auth",
+      "forbidden",  "not_found",    "validation",     "conflict",    "money_rejected",
+      "policy_deny", "unclassified"};
 };
 template <>
 struct EnumNames<KeyMode> {

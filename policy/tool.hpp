@@ -29,6 +29,9 @@ enum class AnswerClass {
   conflict,
   money_rejected,
   policy_deny,
+  // A status no rule or table row covers (418, 501, ...): fails closed, not
+  // retryable, refused as unclassified_fail_closed.
+  unclassified,
 };
 
 // How the idempotency key reaches the provider.

@@ -15,7 +15,12 @@ Tool make_tool(std::string name, std::string host, std::string method, std::stri
   return tool;
 }
 
-std::string matched(const ToolTable& table, MatchRequest request) {
+MatchRequest request(std::string_view method, std::string_view host, std::string_view path,
+                     std::string_view mcp = "", std::uint16_t port = 443) {
+  return {.method = method, .host = host, .port = port, .path = path, .query = "", .mcp_tool = mcp};
+}
+
+std::string matched(const ToolTable& table, const MatchRequest& request) {
   const auto* tool = table.match(request);
   return tool ? tool->name : "none";
 }
@@ -47,11 +52,11 @@ TEST_CASE("exact host beats a glob, which beats any host") {
       make_tool("deep_glob", "*.eu.stripe.com", "POST", "/v1/charges"),
       make_tool("exact", "api.stripe.com", "POST", "/v1/charges"),
   });
-  CHECK(matched(*table, {"POST", "API.Stripe.com.", 443, "/v1/charges"}) == "exact");
-  CHECK(matched(*table, {"POST", "files.stripe.com", 443, "/v1/charges"}) == "glob");
-  CHECK(matched(*table, {"POST", "x.eu.stripe.com", 443, "/v1/charges"}) == "deep_glob");
-  CHECK(matched(*table, {"POST", "stripe.com", 443, "/v1/charges"}) == "any");
-  CHECK(matched(*table, {"POST", "example.org", 443, "/v1/charges"}) == "any");
+  CHECK(matched(*table, request("POST", "API.Stripe.com.", "/v1/charges")) == "exact");
+  CHECK(matched(*table, request("POST", "files.stripe.com", "/v1/charges")) == "glob");
+  CHECK(matched(*table, request("POST", "x.eu.stripe.com", "/v1/charges")) == "deep_glob");
+  CHECK(matched(*table, request("POST", "stripe.com", "/v1/charges")) == "any");
+  CHECK(matched(*table, request("POST", "example.org", "/v1/charges")) == "any");
 }
 
 TEST_CASE("exact path beats {param} segments, which beat a prefix") {
@@ -62,12 +67,12 @@ TEST_CASE("exact path beats {param} segments, which beat a prefix") {
       make_tool("exact", "api.example.com", "", "/v1/customers/search"),
       make_tool("host_only", "api.example.com", "", ""),
   });
-  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/customers/search"}) == "exact");
-  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/customers/cus_1"}) == "param");
-  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/customers/cus_1/x"}) == "longer_prefix");
-  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/charges"}) == "prefix");
-  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v2"}) == "host_only");
-  CHECK(matched(*table, {"GET", "other.example.com", 443, "/v1/charges"}) == "none");
+  CHECK(matched(*table, request("GET", "api.example.com", "/v1/customers/search")) == "exact");
+  CHECK(matched(*table, request("GET", "api.example.com", "/v1/customers/cus_1")) == "param");
+  CHECK(matched(*table, request("GET", "api.example.com", "/v1/customers/cus_1/x")) == "longer_prefix");
+  CHECK(matched(*table, request("GET", "api.example.com", "/v1/charges")) == "prefix");
+  CHECK(matched(*table, request("GET", "api.example.com", "/v2")) == "host_only");
+  CHECK(matched(*table, request("GET", "other.example.com", "/v1/charges")) == "none");
 }
 
 TEST_CASE("a given method beats any method; a method mismatch does not match") {
@@ -75,8 +80,8 @@ TEST_CASE("a given method beats any method; a method mismatch does not match") {
       make_tool("any_method", "api.example.com", "", "/v1/charges"),
       make_tool("post", "api.example.com", "POST", "/v1/charges"),
   });
-  CHECK(matched(*table, {"POST", "api.example.com", 443, "/v1/charges"}) == "post");
-  CHECK(matched(*table, {"GET", "api.example.com", 443, "/v1/charges"}) == "any_method");
+  CHECK(matched(*table, request("POST", "api.example.com", "/v1/charges")) == "post");
+  CHECK(matched(*table, request("GET", "api.example.com", "/v1/charges")) == "any_method");
 }
 
 TEST_CASE("an MCP tool name beats the plain endpoint; port narrows") {
@@ -85,9 +90,9 @@ TEST_CASE("an MCP tool name beats the plain endpoint; port narrows") {
       make_tool("create_issue", "mcp.example.com", "POST", "/mcp", "create_issue"),
       make_tool("on_8443", "mcp.example.com", "POST", "/mcp", "", 8443),
   });
-  CHECK(matched(*table, {"POST", "mcp.example.com", 443, "/mcp", "", "create_issue"}) == "create_issue");
-  CHECK(matched(*table, {"POST", "mcp.example.com", 443, "/mcp", "", "list_issues"}) == "mcp_endpoint");
-  CHECK(matched(*table, {"POST", "mcp.example.com", 8443, "/mcp", "", ""}) == "on_8443");
+  CHECK(matched(*table, request("POST", "mcp.example.com", "/mcp", "create_issue")) == "create_issue");
+  CHECK(matched(*table, request("POST", "mcp.example.com", "/mcp", "list_issues")) == "mcp_endpoint");
+  CHECK(matched(*table, request("POST", "mcp.example.com", "/mcp", "", 8443)) == "on_8443");
 }
 
 TEST_CASE("equally specific tools that can match one request are a tie") {

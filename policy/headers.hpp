@@ -1,0 +1,25 @@
+// A borrowed view of HTTP headers for the pure policy functions: the caller
+// (Beast on the wire side) lists name/value pairs; nothing is copied.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace idemgate::policy {
+
+struct Header {
+  std::string_view name;
+  std::string_view value;
+};
+
+using HeaderView = std::span<const Header>;
+
+// ASCII case-insensitive equality (header names, true/false tokens).
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+// The first header named `name` (case-insensitively), value trimmed of
+// surrounding spaces and tabs.
+std::optional<std::string_view> find_header(HeaderView headers, std::string_view name) noexcept;
+
+}  // namespace idemgate::policy
