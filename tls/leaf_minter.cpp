@@ -4,8 +4,6 @@
 #include "tls/host_name.hpp"
 #include "tls/x509_builder.hpp"
 
-#include <boost/asio/append.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 

@@ -11,8 +11,10 @@
 
 #include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/append.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
@@ -67,8 +69,14 @@ class LeafMinter {
   template <class CompletionToken>
   auto async_mint(std::string_view host, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, Signature>(
-        [this](boost::asio::any_completion_handler<Signature> handler, std::string h) {
-          start(std::move(h), std::move(handler));
+        [this](auto handler, std::string h) {
+          // A hit goes straight to the handler's executor; only a miss takes
+          // the type-erased path through the minting pool.
+          if (auto hit = cached(h)) {
+            boost::asio::post(boost::asio::append(std::move(handler), MintResult{std::move(hit), {}}));
+            return;
+          }
+          start(std::move(h), boost::asio::any_completion_handler<Signature>(std::move(handler)));
         },
         token, std::string(host));
   }

@@ -53,6 +53,7 @@ MintResult mint_on(LeafMinter& minter, asio::io_context& ioc, std::string_view h
     out = std::move(r);
     done = true;
   });
+  CHECK_FALSE(done);  // never completes inline, hit or miss
   ioc.restart();
   ioc.run();
   REQUIRE(done);
@@ -223,6 +224,9 @@ TEST_CASE("async_mint works as an awaitable and reports bad hosts as a result") 
       [&]() -> asio::awaitable<void> {
         good = co_await minter.async_mint("await.example.com", asio::use_awaitable);
         resumed_on = std::this_thread::get_id();
+        auto hit = co_await minter.async_mint("AWAIT.example.com", asio::use_awaitable);
+        CHECK(hit.value == good.value);
+        CHECK(std::this_thread::get_id() == resumed_on);
         bad = co_await minter.async_mint("not a host", asio::use_awaitable);
       },
       [](std::exception_ptr e) { REQUIRE_FALSE(e); });
