@@ -43,7 +43,7 @@ enum class TransportOutcome {
 struct Answer {
   TransportOutcome outcome = TransportOutcome::answered;
   int status = 0;      // when answered
-  HeaderView headers;  // when answered
+  HeaderView headers{};  // when answered
 };
 
 struct Classification {

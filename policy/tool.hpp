@@ -84,9 +84,9 @@ struct RetrySpec {
 // A per-tool override: when status (and, if set, a header value) match,
 // the answer has this class.
 struct ClassifyRule {
-  std::optional<int> status;
-  std::string header;        // empty: no header condition
-  std::string header_value;  // compared case-insensitively
+  std::optional<int> status{};
+  std::string header{};        // empty: no header condition
+  std::string header_value{};  // compared case-insensitively
   AnswerClass answer_class = AnswerClass::ok;
 };
 

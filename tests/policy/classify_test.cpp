@@ -18,13 +18,13 @@ const system_clock::time_point now = sys_days{2026y / November / 30} + 12h;
 struct Row {
   TransportOutcome outcome = TransportOutcome::answered;
   int status = 0;
-  std::vector<Header> headers;
+  std::vector<Header> headers{};
   Effect effect = Effect::write;
   bool key_honoured = true;
-  std::vector<ClassifyRule> rules;
+  std::vector<ClassifyRule> rules{};
   // expected
-  AnswerClass answer_class;
-  bool should_retry;
+  AnswerClass answer_class = AnswerClass::unclassified;
+  bool should_retry = false;
   std::optional<Duration> retry_after = std::nullopt;
 };
 

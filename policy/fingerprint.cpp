@@ -1,0 +1,317 @@
+// Canonical forms of requests and bodies, hashed with SHA-256.
+#include "policy/fingerprint.hpp"
+
+#include "policy/json_pointer.hpp"
+#include "policy/pattern.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/url.hpp>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace idemgate::policy {
+namespace {
+
+// Each field is length-prefixed so no two different inputs share a text.
+void append_field(std::string& out, std::string_view field) {
+  out += std::to_string(field.size());
+  out += ':';
+  out += field;
+  out += '\n';
+}
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) return {};
+  static constexpr char hex_digits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(length * 2);
+  for (unsigned int i = 0; i < length; ++i) {
+    hex += hex_digits[digest[i] >> 4];
+    hex += hex_digits[digest[i] & 0xf];
+  }
+  return hex;
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  for (auto& c : out) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  return out;
+}
+
+void append_canonical_number(std::string& out, double number) {
+  // Integral values print as integers so 1.0, 1e0 and 1 agree.
+  if (std::isfinite(number) && number == std::trunc(number) && std::fabs(number) < 9.2e18) {
+    out += std::to_string(static_cast<long long>(number));
+    return;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", number);
+  out += buffer;
+}
+
+void append_canonical(std::string& out, const boost::json::value& value) {
+  switch (value.kind()) {
+    case boost::json::kind::null: out += "null"; break;
+    case boost::json::kind::bool_: out += value.get_bool() ? "true" : "false"; break;
+    case boost::json::kind::int64: out += std::to_string(value.get_int64()); break;
+    case boost::json::kind::uint64: out += std::to_string(value.get_uint64()); break;
+    case boost::json::kind::double_: append_canonical_number(out, value.get_double()); break;
+    case boost::json::kind::string: out += boost::json::serialize(value.get_string()); break;
+    case boost::json::kind::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& item : value.get_array()) {
+        if (!std::exchange(first, false)) out += ',';
+        append_canonical(out, item);
+      }
+      out += ']';
+      break;
+    }
+    case boost::json::kind::object: {
+      const auto& object = value.get_object();
+      std::vector<const boost::json::key_value_pair*> members;
+      for (const auto& member : object) members.push_back(&member);
+      std::sort(members.begin(), members.end(),
+                [](const auto* a, const auto* b) { return a->key() < b->key(); });
+      out += '{';
+      bool first = true;
+      for (const auto* member : members) {
+        if (!std::exchange(first, false)) out += ',';
+        out += boost::json::serialize(member->key());
+        out += ':';
+        append_canonical(out, member->value());
+      }
+      out += '}';
+      break;
+    }
+  }
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// '+' is a space; a malformed %-escape is kept as written.
+std::string form_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out += ' ';
+    } else if (text[i] == '%' && i + 2 < text.size() && hex_value(text[i + 1]) >= 0 && hex_value(text[i + 2]) >= 0) {
+      out += static_cast<char>(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+// "metadata[order]" -> {"metadata", "order"}; "a[]" -> {"a", ""}; a key with
+// unbalanced brackets is one token.
+std::vector<std::string> form_key_tokens(const std::string& key) {
+  const auto open = key.find('[');
+  if (open == std::string::npos || open == 0) return {key};
+  std::vector<std::string> tokens{key.substr(0, open)};
+  std::size_t i = open;
+  while (i < key.size()) {
+    if (key[i] != '[') return {key};
+    const auto close = key.find(']', i);
+    if (close == std::string::npos) return {key};
+    tokens.push_back(key.substr(i + 1, close - i - 1));
+    i = close + 1;
+  }
+  return tokens;
+}
+
+// Best effort: a key used both as a leaf and as a parent keeps the first use.
+void insert_form_pair(boost::json::value& root, const std::vector<std::string>& tokens, const std::string& value) {
+  boost::json::value* node = &root;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const bool leaf = i + 1 == tokens.size();
+    const bool append = tokens[i].empty() && i > 0;
+    if (append) {
+      if (!node->is_array()) return;
+      if (leaf) {
+        node->get_array().emplace_back(value);
+        return;
+      }
+      node = &node->get_array().emplace_back(boost::json::object());
+      continue;
+    }
+    if (!node->is_object()) return;
+    auto& object = node->get_object();
+    if (leaf) {
+      if (!object.contains(tokens[i])) object[tokens[i]] = value;
+      return;
+    }
+    const bool next_is_append = tokens[i + 1].empty();
+    auto [it, fresh] = object.emplace(tokens[i], next_is_append ? boost::json::value(boost::json::array())
+                                                                    : boost::json::value(boost::json::object()));
+    node = &it->value();
+  }
+}
+
+bool is_json_content_type(std::string_view content_type) {
+  const auto media = lowercase(content_type.substr(0, content_type.find(';')));
+  std::string_view m = media;
+  while (!m.empty() && m.back() == ' ') m.remove_suffix(1);
+  return m == "application/json" || m.ends_with("+json");
+}
+
+bool is_form_content_type(std::string_view content_type) {
+  const auto media = lowercase(content_type.substr(0, content_type.find(';')));
+  std::string_view m = media;
+  while (!m.empty() && m.back() == ' ') m.remove_suffix(1);
+  return m == "application/x-www-form-urlencoded";
+}
+
+bool pointer_is_ignored(const std::vector<std::string>& ignore, const std::string& pointer) {
+  return std::any_of(ignore.begin(), ignore.end(), [&](const std::string& p) {
+    return pointer == p || (pointer.size() > p.size() && pointer.starts_with(p) && pointer[p.size()] == '/');
+  });
+}
+
+std::string canonical_target(const FingerprintInput& input, const Tool& tool) {
+  boost::urls::url url;
+  if (auto parsed = boost::urls::parse_origin_form(input.target.empty() ? "/" : input.target)) url = *parsed;
+  else url.set_encoded_path(input.target);  // unparseable: kept as opaque path bytes
+  url.set_scheme(lowercase(input.scheme));
+  url.set_host(lowercase(input.host));
+  const bool default_port = input.port == 0 || (input.port == 80 && url.scheme() == "http") ||
+                            (input.port == 443 && url.scheme() == "https");
+  if (!default_port) url.set_port_number(input.port);
+
+  std::vector<std::pair<std::string, std::string>> params;
+  for (const auto& param : url.params()) {
+    const auto& ignored = tool.fingerprint.ignore_query;
+    if (std::find(ignored.begin(), ignored.end(), param.key) != ignored.end()) continue;
+    params.emplace_back(param.key, param.has_value ? "=" + param.value : "");
+  }
+  std::stable_sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  url.remove_query();
+  url.normalize();
+  std::string target(url.buffer());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    target += i == 0 ? '?' : '&';
+    append_field(target, params[i].first);
+    append_field(target, params[i].second);
+  }
+  return target;
+}
+
+std::vector<std::string> effective_ignores(const Tool& tool) {
+  auto ignore = tool.fingerprint.ignore;
+  if (!tool.match.mcp_tool.empty()) ignore.push_back("/id");
+  return ignore;
+}
+
+}  // namespace
+
+std::string canonical_json(const boost::json::value& value) {
+  std::string out;
+  append_canonical(out, value);
+  return out;
+}
+
+std::vector<FormPair> parse_form(std::string_view body) {
+  std::vector<FormPair> pairs;
+  std::size_t begin = 0;
+  while (begin <= body.size()) {
+    auto end = body.find('&', begin);
+    if (end == std::string_view::npos) end = body.size();
+    const auto pair = body.substr(begin, end - begin);
+    if (!pair.empty()) {
+      const auto equals = pair.find('=');
+      const auto key = form_decode(pair.substr(0, equals));
+      const auto value = equals == std::string_view::npos ? std::string() : form_decode(pair.substr(equals + 1));
+      pairs.push_back({json_pointer_from_tokens(form_key_tokens(key)), value});
+    }
+    begin = end + 1;
+  }
+  return pairs;
+}
+
+std::vector<std::string> missing_required(const Tool& tool, const boost::json::value* body) {
+  std::vector<std::string> missing;
+  for (const auto& pointer : tool.require)
+    if (!body || !find_pointer(*body, pointer)) missing.push_back(pointer);
+  return missing;
+}
+
+Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcept {
+  Fingerprint result;
+  try {
+    std::string material = "idemgate-fingerprint-v1\n";
+    append_field(material, tool.name);
+    append_field(material, input.method);
+    append_field(material, canonical_target(input, tool));
+
+    // Configured headers, by lowercase name; the key header never counts.
+    std::vector<std::pair<std::string, std::string>> headers;
+    for (const auto& name : tool.fingerprint.headers) {
+      if (iequals(name, tool.idempotency.header) || iequals(name, "Idempotency-Key")) continue;
+      const auto value = find_header(input.headers, name);
+      headers.emplace_back(lowercase(name), value ? "=" + std::string(*value) : "");
+    }
+    std::sort(headers.begin(), headers.end());
+    for (const auto& [name, value] : headers) {
+      append_field(material, name);
+      append_field(material, value);
+    }
+
+    const auto ignore = effective_ignores(tool);
+    std::string canonical_body;
+    if (input.body.empty()) {
+      result.body_kind = BodyKind::empty;
+    } else if (is_json_content_type(input.content_type)) {
+      boost::system::error_code ec;
+      auto parsed = boost::json::parse(input.body, ec);
+      if (ec) {
+        result.body_kind = BodyKind::raw;
+        result.malformed = true;
+        canonical_body = input.body;
+      } else {
+        result.body_kind = BodyKind::json;
+        result.body = parsed;
+        for (const auto& pointer : ignore) erase_pointer(parsed, pointer);
+        canonical_body = canonical_json(parsed);
+      }
+    } else if (is_form_content_type(input.content_type)) {
+      result.body_kind = BodyKind::form;
+      auto pairs = parse_form(input.body);
+      boost::json::value as_json = boost::json::object();
+      for (const auto& pair : pairs) insert_form_pair(as_json, json_pointer_tokens(pair.pointer), pair.value);
+      result.body = std::move(as_json);
+      std::erase_if(pairs, [&](const FormPair& p) { return pointer_is_ignored(ignore, p.pointer); });
+      std::stable_sort(pairs.begin(), pairs.end(), [](const FormPair& a, const FormPair& b) { return a.pointer < b.pointer; });
+      for (const auto& pair : pairs) {
+        append_field(canonical_body, pair.pointer);
+        append_field(canonical_body, pair.value);
+      }
+    } else {
+      result.body_kind = BodyKind::raw;
+      canonical_body = input.body;
+    }
+    append_field(material, std::to_string(static_cast<int>(result.body_kind)));
+    append_field(material, canonical_body);
+    result.hex = sha256_hex(material);
+  } catch (...) {
+    // Only allocation can fail here; an empty hex tells the caller to fail closed.
+    result.hex.clear();
+  }
+  return result;
+}
+
+}  // namespace idemgate::policy

@@ -1,0 +1,71 @@
+// The fingerprint of a write: what makes two requests "the same intent".
+// SHA-256 (hex) over a canonical form of
+//   tool name, method, normalised target (scheme, host lowercased, default
+//   port dropped, path normalised, query parameters sorted with the tool's
+//   fingerprint.ignore_query removed), the tool's fingerprint.headers (never
+//   the idempotency key header), and the body:
+//     JSON (application/json, */*+json): keys sorted, numbers normalised
+//       (1.0 == 1, 1e2 == 100), strings exact;
+//     application/x-www-form-urlencoded: Stripe bracket keys
+//       (metadata[order]=7 is /metadata/order), percent-encoding decoded,
+//       '+' as space, pairs sorted by key (order among one key's repeats,
+//       a[]=1&a[]=2, is kept: it is a list);
+//     anything else: the raw bytes.
+//   fingerprint.ignore pointers are removed first. For MCP tools the
+//   JSON-RPC "/id" is always ignored: it changes on every call by design.
+// A body declared JSON that does not parse is hashed as raw bytes and flagged
+// malformed; nothing here throws.
+#pragma once
+
+#include "policy/headers.hpp"
+#include "policy/tool.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace idemgate::policy {
+
+struct FingerprintInput {
+  std::string_view method;
+  std::string_view scheme = "https";  // "http" or "https": decides the default port
+  std::string_view host;
+  std::uint16_t port = 0;             // 0: the scheme's default
+  std::string_view target;            // origin-form: "/v1/charges?expand[]=x"
+  std::string_view content_type;      // the Content-Type header value, may be empty
+  std::string_view body;
+  HeaderView headers{};               // all request headers; only the configured ones are read
+};
+
+enum class BodyKind { empty, json, form, raw };
+
+struct Fingerprint {
+  std::string hex;         // 64 lowercase hex digits; empty only if it could not be computed (out of memory)
+  BodyKind body_kind = BodyKind::empty;
+  bool malformed = false;  // declared JSON but did not parse: hashed as raw bytes
+  // The body as JSON (form bodies as nested objects of strings), before
+  // `ignore` is applied, for `require:` checks and templates; null otherwise.
+  std::optional<boost::json::value> body;
+};
+
+Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcept;
+
+// The canonical text of a JSON value (sorted keys, normalised numbers).
+std::string canonical_json(const boost::json::value& value);
+
+// A form body as (pointer, value) pairs in body order, decoded.
+struct FormPair {
+  std::string pointer;  // "/metadata/order"; "a[]" gives "/a/"
+  std::string value;
+};
+std::vector<FormPair> parse_form(std::string_view body);
+
+// `require:` pointers absent from the parsed body (all of them when there is
+// no parsed body): the input of a missing_slot verdict.
+std::vector<std::string> missing_required(const Tool& tool, const boost::json::value* body);
+
+}  // namespace idemgate::policy
