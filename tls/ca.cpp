@@ -238,7 +238,7 @@ int ca_init_main(const fs::path& dir, bool force, std::ostream& out, std::ostrea
   return 0;
 }
 
-int ca_init_main(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+int ca_init_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   fs::path dir = default_ca_dir;
   bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {

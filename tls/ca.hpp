@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace idemgate::tls {
 
@@ -44,6 +45,6 @@ Result<CaPtr> load_ca(const std::string& cert_path, const std::string& key_path)
 int ca_init_main(const std::filesystem::path& dir, bool force, std::ostream& out,
                  std::ostream& err);
 // The same, parsing the arguments after "ca init".
-int ca_init_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
+int ca_init_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err);
 
 }  // namespace idemgate::tls

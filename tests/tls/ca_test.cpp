@@ -169,14 +169,23 @@ TEST_CASE("ca init prints the lines clients need and refuses a second run") {
   CHECK(ca_init_main(dir.path(), false, out2, err2) == 1);
   CHECK(err2.str().find("already exists") != std::string::npos);
 
-  const std::vector<std::string> args{"--dir", dir.path().string(), "--force"};
+  const std::string dir_text = dir.path().string();
+  const std::vector<std::string_view> args{"--dir", dir_text, "--force"};
   std::ostringstream out3, err3;
   CHECK(ca_init_main(args, out3, err3) == 0);
 
-  const std::vector<std::string> bad{"--bogus"};
+  const std::string dir_equals = "--dir=" + (dir.path() / "other").string();
+  const std::vector<std::string_view> equals_form{dir_equals};
   std::ostringstream out4, err4;
-  CHECK(ca_init_main(bad, out4, err4) == 2);
-  CHECK(err4.str().find("usage") != std::string::npos);
+  CHECK(ca_init_main(equals_form, out4, err4) == 0);
+  CHECK(std::filesystem::exists(dir.path() / "other" / "ca.key"));
+
+  for (const std::vector<std::string_view>& bad :
+       {std::vector<std::string_view>{"--bogus"}, std::vector<std::string_view>{"--dir"}}) {
+    std::ostringstream out5, err5;
+    CHECK(ca_init_main(bad, out5, err5) == 2);
+    CHECK(err5.str().find("usage") != std::string::npos);
+  }
 }
 
 TEST_CASE("ca init quotes a path the shell would split") {
