@@ -1,0 +1,299 @@
+// The async facade over the Store workers (see ledger.hpp). A call becomes a
+// Job holding the awaiting coroutine's completion handler; a worker runs it on
+// its own Store and posts the Result back to the handler's executor, keeping
+// that executor's work count up meanwhile so its io_context does not return.
+#include "ledger/ledger.hpp"
+
+#include "ledger/open_store.hpp"
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace idemgate::ledger {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+class Ledger::Job {
+ public:
+  virtual ~Job() = default;
+  virtual void run(Store& store) = 0;
+  virtual void fail(error_code why) = 0;
+  // Non-null for a reservation, which may share its transaction with others.
+  virtual const ReserveRequest* reservation() const noexcept { return nullptr; }
+  virtual void deliver(Result<Reservation>) {}
+};
+
+namespace {
+
+// Posts a Result to a completion handler on the handler's own executor.
+template <class T, class Handler>
+class Completion {
+ public:
+  Completion(Handler handler, LedgerStats& stats)
+      : work_(asio::prefer(asio::get_associated_executor(handler),
+                           asio::execution::outstanding_work.tracked)),
+        handler_(std::move(handler)),
+        stats_(stats) {}
+
+  void operator()(Result<T> result) {
+    if (result.has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    asio::post(work_, [handler = std::move(handler_), result = std::move(result)]() mutable {
+      std::move(handler)(std::move(result));
+    });
+  }
+
+ private:
+  std::decay_t<decltype(asio::prefer(asio::get_associated_executor(std::declval<Handler&>()),
+                                     asio::execution::outstanding_work.tracked))>
+      work_;
+  Handler handler_;
+  LedgerStats& stats_;
+};
+
+template <class T, class Op, class Handler>
+class CallJob final : public Ledger::Job {
+ public:
+  CallJob(Op op, Handler handler, LedgerStats& stats)
+      : op_(std::move(op)), complete_(std::move(handler), stats) {}
+  void run(Store& store) override { complete_(op_(store)); }
+  void fail(error_code why) override { complete_(Result<T>(why)); }
+
+ private:
+  Op op_;
+  Completion<T, Handler> complete_;
+};
+
+template <class Handler>
+class ReserveJob final : public Ledger::Job {
+ public:
+  ReserveJob(ReserveRequest request, Handler handler, LedgerStats& stats)
+      : request_(std::move(request)), complete_(std::move(handler), stats) {}
+  void run(Store& store) override {
+    deliver(std::move(store.reserve_intents({&request_, 1}).front()));
+  }
+  void fail(error_code why) override { complete_(Result<Reservation>(why)); }
+  const ReserveRequest* reservation() const noexcept override { return &request_; }
+  void deliver(Result<Reservation> result) override { complete_(std::move(result)); }
+
+ private:
+  ReserveRequest request_;
+  Completion<Reservation, Handler> complete_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
+                                             const config::Redact& redact,
+                                             std::string replica_id) {
+  auto stores = open_stores(config);
+  if (!stores) return stores.error();
+  auto& first = *stores->front();
+  if (auto version = first.migrate(); !version) return version.error();
+  if (auto recovered = first.recover_replica(replica_id); !recovered) return recovered.error();
+  LedgerOptions options;
+  options.replica_id = std::move(replica_id);
+  options.queue_limit = static_cast<std::size_t>(std::max(1, config.queue_limit));
+  options.response_cap = config.response_cap;
+  options.redact = redact;
+  return std::make_unique<Ledger>(std::move(*stores), std::move(options));
+}
+
+Ledger::Ledger(std::vector<std::unique_ptr<Store>> stores, LedgerOptions options)
+    : options_(std::move(options)), stores_(std::move(stores)) {
+  for (auto& store : stores_) workers_.emplace_back([this, s = store.get()] { work(*s); });
+}
+
+Ledger::~Ledger() {
+  std::deque<std::unique_ptr<Job>> abandoned;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    abandoned.swap(queue_);
+  }
+  ready_.notify_all();
+  for (auto& job : abandoned) job->fail(errc::shutting_down);
+  for (auto& worker : workers_) worker.join();
+}
+
+bool Ledger::enqueue(std::unique_ptr<Job> job) {
+  error_code why;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      why = errc::shutting_down;
+    } else if (queue_.size() >= options_.queue_limit) {
+      why = errc::busy;
+    } else {
+      queue_.push_back(std::move(job));
+    }
+  }
+  if (!why) {
+    ready_.notify_one();
+    return true;
+  }
+  if (why == errc::busy) stats_.busy_rejections.fetch_add(1, std::memory_order_relaxed);
+  job->fail(why);
+  return false;
+}
+
+std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::unique_lock<std::mutex>&) {
+  std::vector<std::unique_ptr<Job>> batch;
+  batch.push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  if (!batch.front()->reservation()) return batch;
+  // Group commit: every reservation waiting now joins this transaction.
+  for (auto it = queue_.begin(); it != queue_.end() && batch.size() < options_.max_batch;) {
+    if ((*it)->reservation()) {
+      batch.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return batch;
+}
+
+void Ledger::work(Store& store) {
+  for (;;) {
+    std::vector<std::unique_ptr<Job>> batch;
+    {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      batch = take_batch(lock);
+    }
+    if (!batch.front()->reservation()) {
+      batch.front()->run(store);
+      continue;
+    }
+    std::vector<ReserveRequest> requests;
+    requests.reserve(batch.size());
+    for (auto& job : batch) requests.push_back(*job->reservation());
+    auto results = store.reserve_intents(requests);
+    stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
+    stats_.reservations.fetch_add(batch.size(), std::memory_order_relaxed);
+    for (std::size_t i = 0; i < batch.size(); ++i) batch[i]->deliver(std::move(results[i]));
+  }
+}
+
+template <class T, class Op>
+Awaitable<T> Ledger::call(Op op) {
+  stats_.calls.fetch_add(1, std::memory_order_relaxed);
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<T>)>(
+      [this, op = std::move(op)](auto handler) mutable {
+        using Handler = decltype(handler);
+        enqueue(std::make_unique<CallJob<T, Op, Handler>>(std::move(op), std::move(handler),
+                                                          stats_));
+      },
+      asio::use_awaitable);
+}
+
+Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSnapshot snapshot) {
+  stats_.calls.fetch_add(1, std::memory_order_relaxed);
+  request.request_snapshot = redact_request(snapshot, options_.redact);
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<Reservation>)>(
+      [this, request = std::move(request)](auto handler) mutable {
+        using Handler = decltype(handler);
+        enqueue(std::make_unique<ReserveJob<Handler>>(std::move(request), std::move(handler),
+                                                      stats_));
+      },
+      asio::use_awaitable);
+}
+
+Awaitable<AttemptStart> Ledger::begin_attempt(std::int64_t intent_id, int max_attempts) {
+  return call<AttemptStart>([intent_id, max_attempts, replica = options_.replica_id](Store& s) {
+    return s.begin_attempt(intent_id, replica, max_attempts);
+  });
+}
+
+Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {
+  if (outcome.response)
+    outcome.response =
+        redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
+  return call<Intent>([outcome = std::move(outcome)](Store& s) { return s.record_outcome(outcome); });
+}
+
+Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {
+  Outcome outcome;
+  outcome.intent_id = intent_id;
+  outcome.attempt = attempt;
+  outcome.state = IntentState::unknown;
+  outcome.answer_class = "unknown";
+  return record_outcome(std::move(outcome));
+}
+
+Awaitable<Intent> Ledger::find_intent(std::int64_t intent_id) {
+  return call<Intent>([intent_id](Store& s) { return s.find_intent(intent_id); });
+}
+
+Awaitable<Intent> Ledger::find_intent_by_key(std::string key) {
+  return call<Intent>([key = std::move(key)](Store& s) { return s.find_intent_by_key(key); });
+}
+
+Awaitable<std::vector<Intent>> Ledger::list_intents_by_run(std::string run, int limit) {
+  return call<std::vector<Intent>>(
+      [run = std::move(run), limit](Store& s) { return s.list_intents_by_run(run, limit); });
+}
+
+Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
+  return call<RunCharge>(
+      [run = std::move(run), budget, kind](Store& s) { return s.count_call(run, budget, kind); });
+}
+
+Awaitable<Run> Ledger::find_run(std::string run) {
+  return call<Run>([run = std::move(run)](Store& s) { return s.find_run(run); });
+}
+
+Awaitable<Run> Ledger::freeze_run(std::string run, std::string reason) {
+  return call<Run>([run = std::move(run), reason = std::move(reason)](Store& s) {
+    return s.set_run_state(run, RunState::frozen, reason);
+  });
+}
+
+Awaitable<Run> Ledger::unfreeze_run(std::string run) {
+  return call<Run>(
+      [run = std::move(run)](Store& s) { return s.set_run_state(run, RunState::active, ""); });
+}
+
+Awaitable<Run> Ledger::kill_run(std::string run, std::string reason) {
+  return call<Run>([run = std::move(run), reason = std::move(reason)](Store& s) {
+    return s.set_run_state(run, RunState::killed, reason);
+  });
+}
+
+Awaitable<std::int64_t> Ledger::persist_escalation(EscalationRequest request) {
+  return call<std::int64_t>(
+      [request = std::move(request)](Store& s) { return s.persist_escalation(request); });
+}
+
+Awaitable<Escalation> Ledger::find_escalation(std::int64_t id) {
+  return call<Escalation>([id](Store& s) { return s.find_escalation(id); });
+}
+
+Awaitable<std::vector<Escalation>> Ledger::list_escalations(std::optional<EscalationState> state,
+                                                            int limit) {
+  return call<std::vector<Escalation>>(
+      [state, limit](Store& s) { return s.list_escalations(state, limit); });
+}
+
+Awaitable<Escalation> Ledger::resolve_escalation(ResolveRequest request) {
+  return call<Escalation>(
+      [request = std::move(request)](Store& s) { return s.resolve_escalation(request); });
+}
+
+Awaitable<void> Ledger::record_refusal(std::int64_t intent_id, std::string reason_code) {
+  return call<void>([intent_id, reason_code = std::move(reason_code)](Store& s) {
+    return s.record_refusal(intent_id, reason_code);
+  });
+}
+
+Awaitable<int> Ledger::recover_stale(Millis lease) {
+  return call<int>([lease](Store& s) { return s.recover_stale(lease); });
+}
+
+}  // namespace idemgate::ledger

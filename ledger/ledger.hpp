@@ -1,0 +1,123 @@
+// The ledger as the proxy uses it: awaitable operations that never block the
+// caller's thread. Each call is queued (bounded: a full queue answers
+// errc::busy at once) to worker threads that own one Store each (PostgreSQL:
+// a pool, one connection per worker; SQLite: one thread), and the result is
+// posted back to the awaiting coroutine's executor. Concurrent reservations
+// taken by one worker are committed in one transaction (group commit).
+//
+// Every call completes with a Result; errors to expect on the request path:
+// busy and unavailable (answer 503 ledger_unavailable, dispatch nothing),
+// illegal_transition, not_found, shutting_down.
+#pragma once
+
+#include "config/config.hpp"
+#include "ledger/errc.hpp"
+#include "ledger/redact.hpp"
+#include "ledger/store.hpp"
+#include "ledger/types.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace idemgate::ledger {
+
+template <class T>
+using Awaitable = boost::asio::awaitable<Result<T>>;
+
+struct LedgerOptions {
+  std::string replica_id = "replica";  // recorded on every attempt this process begins
+  std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::busy
+  std::size_t max_batch = 64;          // reservations committed together at most
+  std::uint64_t response_cap = 256 * 1024;
+  config::Redact redact;
+};
+
+// Counters for /metrics; read with relaxed loads.
+struct LedgerStats {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> busy_rejections{0};
+  std::atomic<std::uint64_t> reserve_batches{0};      // transactions that reserved
+  std::atomic<std::uint64_t> reservations{0};         // requests those transactions carried
+  std::atomic<std::uint64_t> errors{0};               // calls completed with an error
+};
+
+class Ledger {
+ public:
+  // Opens the backend named by config.url ("sqlite:PATH" or
+  // "postgresql://..."), applies migrations, recovers the attempts this
+  // replica left dispatched, and starts the workers. Fails (at start-up, not
+  // on the request path) when the database is unreachable or newer.
+  static Result<std::unique_ptr<Ledger>> open(const config::Ledger& config,
+                                              const config::Redact& redact,
+                                              std::string replica_id);
+
+  // One worker thread per store. The stores must be migrated already.
+  Ledger(std::vector<std::unique_ptr<Store>> stores, LedgerOptions options);
+  // Queued calls complete with errc::shutting_down; running ones finish.
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // SPEC section 2 step 7. The snapshot is redacted before it is stored.
+  Awaitable<Reservation> reserve_intent(ReserveRequest request, RequestSnapshot snapshot);
+  // Steps 3-6: may this replica dispatch attempt n+1 now? max_attempts is the
+  // tool's bound + 1 (the first try).
+  Awaitable<AttemptStart> begin_attempt(std::int64_t intent_id, int max_attempts);
+  // The response is redacted and capped at response_cap before it is stored.
+  Awaitable<Intent> record_outcome(Outcome outcome);
+  // The attempt was sent and no complete answer came.
+  Awaitable<Intent> mark_unknown(std::int64_t intent_id, int attempt);
+
+  Awaitable<Intent> find_intent(std::int64_t intent_id);
+  Awaitable<Intent> find_intent_by_key(std::string key);
+  Awaitable<std::vector<Intent>> list_intents_by_run(std::string run, int limit = 100);
+
+  Awaitable<RunCharge> count_call(std::string run, std::int64_t budget, CallKind kind);
+  Awaitable<Run> find_run(std::string run);
+  Awaitable<Run> freeze_run(std::string run, std::string reason);
+  Awaitable<Run> unfreeze_run(std::string run);
+  Awaitable<Run> kill_run(std::string run, std::string reason);
+
+  Awaitable<std::int64_t> persist_escalation(EscalationRequest request);
+  Awaitable<Escalation> find_escalation(std::int64_t id);
+  Awaitable<std::vector<Escalation>> list_escalations(std::optional<EscalationState> state,
+                                                      int limit = 100);
+  Awaitable<Escalation> resolve_escalation(ResolveRequest request);
+  Awaitable<void> record_refusal(std::int64_t intent_id, std::string reason_code);
+
+  // Another replica died: its attempts begun longer than `lease` ago become
+  // unknown. Returns how many intents were recovered.
+  Awaitable<int> recover_stale(Millis lease);
+
+  const LedgerStats& stats() const noexcept { return stats_; }
+  const LedgerOptions& options() const noexcept { return options_; }
+
+  // A queued unit of work; public only for the implementation's job types.
+  class Job;
+
+ private:
+  template <class T, class Op>
+  Awaitable<T> call(Op op);
+  // false when the queue is full (or the ledger is stopping).
+  bool enqueue(std::unique_ptr<Job> job);
+  void work(Store& store);
+  std::vector<std::unique_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
+
+  LedgerOptions options_;
+  LedgerStats stats_;
+  std::vector<std::unique_ptr<Store>> stores_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace idemgate::ledger

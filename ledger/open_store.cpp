@@ -1,0 +1,35 @@
+// Backend selection by URL (see open_store.hpp).
+#include "ledger/open_store.hpp"
+
+#include "ledger/pg_store.hpp"
+#include "ledger/sqlite_store.hpp"
+
+#include <algorithm>
+
+namespace idemgate::ledger {
+
+Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& config) {
+  std::vector<std::unique_ptr<Store>> stores;
+  const std::string& url = config.url;
+  if (url.starts_with("sqlite:")) {
+    auto store = SqliteStore::open(url.substr(7), config.statement_timeout);
+    if (!store) return store.error();
+    stores.push_back(std::move(*store));
+  } else if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
+    for (int i = 0; i < std::max(1, config.pool_size); ++i)
+      stores.push_back(std::make_unique<PgStore>(url, config.statement_timeout));
+  } else {
+    return boost::system::error_code(errc::invalid_argument);
+  }
+  return stores;
+}
+
+Result<int> migrate(const config::Ledger& config) {
+  auto single = config;
+  single.pool_size = 1;
+  auto stores = open_stores(single);
+  if (!stores) return stores.error();
+  return stores->front()->migrate();
+}
+
+}  // namespace idemgate::ledger

@@ -1,0 +1,22 @@
+// Chooses the backend from ledger.url: "sqlite:PATH" (the embedded default)
+// or "postgresql://..." / "postgres://...". Also what `idemgate ledger
+// migrate` calls.
+#pragma once
+
+#include "config/config.hpp"
+#include "ledger/store.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace idemgate::ledger {
+
+// SQLite: one store (one writer thread is all SQLite can use). PostgreSQL:
+// config.pool_size stores, each connecting lazily on its first call.
+Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& config);
+
+// Applies the migrations the database lacks; returns the schema version.
+// errc::newer_schema when the database is ahead of this binary.
+Result<int> migrate(const config::Ledger& config);
+
+}  // namespace idemgate::ledger

@@ -1,0 +1,548 @@
+// The PostgreSQL backend (see pg_store.hpp). Values are inlined with
+// pqxx's quote()/quote_raw() (libpq escaping), so one code path serves both
+// single calls and the multi-row group-commit reservation.
+#include "ledger/pg_store.hpp"
+
+#include "ledger/migrations.hpp"
+#include "ledger/store_support.hpp"
+#include "ledger/transitions.hpp"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace idemgate::ledger {
+
+using namespace detail;
+using boost::system::error_code;
+
+namespace {
+
+#define IDEMGATE_MS(column) "(extract(epoch from " column ") * 1000)::bigint"
+constexpr std::string_view intent_columns =
+    "id, run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, status, "
+    "receipt, response_status, response_headers, response_body, response_truncated::int, "
+    "request_snapshot, window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
+    IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
+    ", " IDEMGATE_MS("retry_not_before");
+constexpr std::string_view escalation_columns =
+    "id, run_id, intent_id, reason_code, package, state, receipt, note, "
+    IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at");
+#undef IDEMGATE_MS
+
+class PgRow final : public RowView {
+ public:
+  explicit PgRow(const pqxx::row& row) : row_(row) {}
+  bool is_null(int c) const override { return row_[c].is_null(); }
+  std::int64_t int64(int c) const override { return row_[c].as<long long>(0); }
+  std::optional<std::int64_t> optional_int64(int c) const override {
+    if (is_null(c)) return std::nullopt;
+    return int64(c);
+  }
+  std::string text(int c) const override {
+    return is_null(c) ? std::string() : std::string(row_[c].c_str(), row_[c].size());
+  }
+  std::string blob(int c) const override {
+    return is_null(c) ? std::string() : pqxx::binarystring(row_[c]).str();
+  }
+
+ private:
+  const pqxx::row& row_;
+};
+
+std::string q(pqxx::work& w, std::string_view text) { return w.quote(std::string(text)); }
+std::string q(pqxx::work&, std::int64_t value) { return std::to_string(value); }
+std::string q(pqxx::work&, std::optional<std::int64_t> value) {
+  return value ? std::to_string(*value) : "NULL";
+}
+std::string q_bytes(pqxx::work& w, std::string_view bytes) {
+  return w.quote_raw(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+}
+std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
+
+std::string select_intents(std::string_view where) {
+  std::string s = "SELECT ";
+  s += intent_columns;
+  s += " FROM intents WHERE ";
+  s += where;
+  return s;
+}
+
+Intent load_intent(pqxx::work& w, std::int64_t id) {
+  auto rows = w.exec(select_intents("id = " + std::to_string(id)));
+  if (rows.empty()) throw Abort{errc::not_found};
+  return read_intent(PgRow(rows[0]));
+}
+
+std::optional<Run> load_run(pqxx::work& w, const std::string& run) {
+  auto rows = w.exec("SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = " +
+                     q(w, run));
+  if (rows.empty()) return std::nullopt;
+  PgRow r(rows[0]);
+  return Run{r.text(0), parse_run_state(r.text(1)).value_or(RunState::killed), r.int64(2),
+             r.int64(3), r.text(4)};
+}
+
+Escalation load_escalation(pqxx::work& w, std::int64_t id) {
+  auto rows = w.exec("SELECT " + std::string(escalation_columns) +
+                     " FROM escalations WHERE id = " + std::to_string(id));
+  if (rows.empty()) throw Abort{errc::not_found};
+  return read_escalation(PgRow(rows[0]));
+}
+
+// Connection failures and server shutdowns drop the connection; the rest
+// keep it.
+bool is_connection_state(const std::string& sqlstate) {
+  return sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
+         sqlstate == "57P03";
+}
+
+// libpq options bounding a silent peer, unless the URL sets them itself.
+std::string with_bounds(std::string url) {
+  for (const char* option : {"connect_timeout=5", "keepalives=1", "keepalives_idle=10",
+                             "keepalives_interval=5", "keepalives_count=3",
+                             "tcp_user_timeout=30000"}) {
+    std::string_view name(option, std::string_view(option).find('='));
+    if (url.find(std::string(name) + "=") != std::string::npos) continue;
+    url += url.find('?') == std::string::npos ? '?' : '&';
+    url += option;
+  }
+  return url;
+}
+
+}  // namespace
+
+struct PgStore::Connection {
+  explicit Connection(const std::string& url) : c(url) {}
+  pqxx::connection c;
+};
+
+PgStore::PgStore(std::string url, Millis statement_timeout)
+    : url_(with_bounds(std::move(url))), statement_timeout_(statement_timeout) {}
+
+PgStore::~PgStore() = default;
+
+void PgStore::drop_connection() { connection_.reset(); }
+
+error_code PgStore::connect() {
+  if (connection_ && connection_->c.is_open()) return {};
+  connection_.reset();
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_connect_) return errc::unavailable;
+  try {
+    auto c = std::make_unique<Connection>(url_);
+    pqxx::nontransaction setup(c->c);
+    auto ms = std::to_string(statement_timeout_.count());
+    // A blocking statement is bounded here, not by the caller: the worker
+    // thread gets its answer (or 57014) within statement_timeout.
+    setup.exec("SET statement_timeout = " + ms + "; SET lock_timeout = " + ms +
+               "; SET idle_in_transaction_session_timeout = " + ms +
+               "; SET synchronous_commit = on");
+    setup.commit();
+    connection_ = std::move(c);
+    backoff_ = Millis(0);
+    return {};
+  } catch (const std::exception&) {
+    backoff_ = std::clamp(backoff_ * 2, Millis(50), Millis(2000));
+    next_connect_ = now + backoff_;
+    return errc::unavailable;
+  }
+}
+
+template <class F>
+auto PgStore::transact(F&& body) {
+  using T = std::invoke_result_t<F&, pqxx::work&>;
+  // Deadlocks and serialisation failures roll back with nothing written:
+  // the transaction is simply run again, a bounded number of times.
+  for (int attempt = 0;; ++attempt) {
+    if (auto ec = connect()) return Result<T>(ec);
+    try {
+      pqxx::work w(connection_->c);
+      if constexpr (std::is_void_v<T>) {
+        body(w);
+        w.commit();
+        return Result<T>();
+      } else {
+        T value = body(w);
+        w.commit();
+        return Result<T>(std::move(value));
+      }
+    } catch (const Abort& a) {
+      return Result<T>(error_code(a.code));
+    } catch (const pqxx::broken_connection&) {
+      drop_connection();
+      return Result<T>(error_code(errc::unavailable));
+    } catch (const pqxx::in_doubt_error&) {
+      // The commit's fate is unknown: the caller fails closed and its retry
+      // finds whatever did get committed.
+      drop_connection();
+      return Result<T>(error_code(errc::unavailable));
+    } catch (const pqxx::transaction_rollback&) {
+      if (attempt < 3) continue;
+      return Result<T>(error_code(errc::conflict));
+    } catch (const pqxx::sql_error& e) {
+      if (is_connection_state(e.sqlstate())) {
+        drop_connection();
+        return Result<T>(error_code(errc::unavailable));
+      }
+      if (e.sqlstate() == "57014" || e.sqlstate() == "55P03")
+        return Result<T>(error_code(errc::busy));
+      return Result<T>(error_code(errc::storage_failure));
+    } catch (const std::exception&) {
+      drop_connection();
+      return Result<T>(error_code(errc::storage_failure));
+    }
+  }
+}
+
+Result<int> PgStore::migrate() {
+  return transact([&](pqxx::work& w) {
+    // Replicas starting together migrate one at a time.
+    w.exec("SELECT pg_advisory_xact_lock(7202415001)");
+    w.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+           "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
+    int version = w.exec("SELECT coalesce(max(version), 0) FROM schema_version")[0][0].as<int>();
+    auto migrations = postgresql_migrations();
+    if (version > latest_version(migrations)) throw Abort{errc::newer_schema};
+    for (const auto& m : migrations) {
+      if (m.version <= version) continue;
+      w.exec(std::string(m.sql));
+      w.exec("INSERT INTO schema_version (version, name) VALUES (" + std::to_string(m.version) +
+             ", " + q(w, m.name) + ")");
+      version = m.version;
+    }
+    return version;
+  });
+}
+
+std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
+  std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
+  auto batch = transact([&](pqxx::work& w) {
+    std::vector<Result<Reservation>> done = results;
+    // Valid requests in (scope, fingerprint) order: concurrent batches then
+    // take the unique-index locks in the same order and cannot deadlock.
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      if (valid(requests[i])) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+      return std::tie(requests[a].scope, requests[a].fingerprint) <
+             std::tie(requests[b].scope, requests[b].fingerprint);
+    });
+    if (order.empty()) return done;
+
+    auto bound_keys = [&] {
+      std::map<std::pair<std::string, std::string>, std::pair<std::string, std::int64_t>> bound;
+      std::string list;
+      for (auto i : order)
+        if (!requests[i].agent_key.empty())
+          list += (list.empty() ? "(" : ",(") + q(w, requests[i].scope) + "," +
+                  q(w, requests[i].agent_key) + ")";
+      if (list.empty()) return bound;
+      for (const auto& row : w.exec("SELECT scope, agent_key, fingerprint, intent_id FROM "
+                                    "agent_keys WHERE (scope, agent_key) IN (" + list + ")")) {
+        PgRow r(row);
+        bound[{r.text(0), r.text(1)}] = {r.text(2), r.int64(3)};
+      }
+      return bound;
+    };
+    auto mismatch = [&](const auto& bound, std::size_t i) -> std::optional<std::int64_t> {
+      const auto& r = requests[i];
+      if (r.agent_key.empty()) return std::nullopt;
+      auto it = bound.find({r.scope, r.agent_key});
+      if (it == bound.end() || it->second.first == r.fingerprint) return std::nullopt;
+      return it->second.second;
+    };
+
+    auto before = bound_keys();
+    std::vector<std::size_t> live;
+    std::string pairs, values;
+    for (auto i : order) {
+      if (auto other = mismatch(before, i)) {
+        done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+        continue;
+      }
+      const auto& r = requests[i];
+      live.push_back(i);
+      pairs += (pairs.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.fingerprint) + ")";
+      values += (values.empty() ? "(" : ",(") + q(w, r.run) + "," + q(w, r.tool) + "," +
+                q(w, r.scope) + "," + q(w, r.fingerprint) + "," + q(w, r.key) +
+                ",'reserved'," + q(w, r.request_snapshot) + "," + q(w, r.window.count()) + "," +
+                q(w, r.unknown_ttl.count()) + ",now() + " + q_millis(r.window) + ")";
+    }
+    if (live.empty()) return done;
+    // A live intent whose window has passed and that holds no unresolved
+    // dispatch gives its fingerprint up to the new reservation.
+    w.exec("UPDATE intents SET superseded = true WHERE NOT superseded AND window_until <= now() "
+           "AND " + sql_state_guard({IntentState::reserved, IntentState::completed,
+                                     IntentState::denied, IntentState::retryable}) +
+           " AND (scope, fingerprint) IN (" + pairs + ")");
+    // Group commit: one statement, one durable commit, many reservations.
+    // Exactly one row per scope+fingerprint gets in; the others conflict.
+    std::map<std::int64_t, bool> inserted;
+    for (const auto& row : w.exec(
+             "INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, "
+             "request_snapshot, window_ms, unknown_ttl_ms, window_until) VALUES " + values +
+             " ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING id"))
+      inserted[row[0].as<long long>()] = true;
+
+    std::map<std::pair<std::string, std::string>, Intent> rows;
+    for (const auto& row :
+         w.exec(select_intents("NOT superseded AND (scope, fingerprint) IN (" + pairs + ")"))) {
+      auto intent = read_intent(PgRow(row));
+      rows[{intent.scope, intent.fingerprint}] = std::move(intent);
+    }
+    std::string binds;
+    for (auto i : live) {
+      const auto& r = requests[i];
+      auto found = rows.find({r.scope, r.fingerprint});
+      if (found == rows.end()) throw Abort{errc::conflict};  // superseded concurrently
+      auto& intent = found->second;
+      // The winner is the request whose key the inserted row holds; a second
+      // request of this batch for the same fingerprint is "existing".
+      bool won = inserted.count(intent.id) && intent.key == r.key;
+      if (won) inserted.erase(intent.id);
+      done[i] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing, intent};
+      if (!r.agent_key.empty())
+        binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +
+                 q(w, r.fingerprint) + "," + std::to_string(intent.id) + ")";
+    }
+    if (!binds.empty()) {
+      w.exec("INSERT INTO agent_keys (scope, agent_key, fingerprint, intent_id) VALUES " + binds +
+             " ON CONFLICT DO NOTHING");
+      // A concurrent transaction may have bound one of these keys to another
+      // fingerprint first: that request is a mismatch after all.
+      auto after = bound_keys();
+      for (auto i : live)
+        if (auto other = mismatch(after, i))
+          done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+    }
+    return done;
+  });
+  if (!batch) {
+    for (auto& r : results) r = batch.error();
+    return results;
+  }
+  return std::move(*batch);
+}
+
+Result<AttemptStart> PgStore::begin_attempt(std::int64_t intent_id, const std::string& replica,
+                                            int max_attempts) {
+  return transact([&](pqxx::work& w) {
+    auto id = std::to_string(intent_id);
+    // Compare-and-set: concurrent callers (any replica) serialise on the row
+    // lock and re-check the guard, so one of them moves it to dispatched.
+    auto changed = w.exec(
+        "UPDATE intents SET state = 'dispatched', attempts = attempts + 1, updated_at = now() "
+        "WHERE id = " + id + " AND attempts < " + std::to_string(max_attempts) +
+        " AND (retry_not_before IS NULL OR retry_not_before <= now()) AND " +
+        sql_state_guard(dispatchable_states()) + " RETURNING attempts");
+    if (changed.empty()) {
+      auto intent = load_intent(w, intent_id);
+      auto why = refusal_reason(intent, max_attempts);
+      return AttemptStart{why, 0, std::move(intent)};
+    }
+    int number = changed[0][0].as<int>();
+    w.exec("INSERT INTO attempts (intent_id, number, replica_id, state) VALUES (" + id + ", " +
+           std::to_string(number) + ", " + q(w, replica) + ", 'dispatched')");
+    return AttemptStart{AttemptOutcome::started, number, load_intent(w, intent_id)};
+  });
+}
+
+Result<Intent> PgStore::record_outcome(const Outcome& o) {
+  return transact([&](pqxx::work& w) {
+    bool with_attempt = o.attempt > 0;
+    auto state = q(w, to_string(o.state));
+    std::optional<std::int64_t> status;
+    if (o.status) status = *o.status;
+    std::string text = "UPDATE intents SET state = " + state +
+                       ", answer_class = " + q(w, o.answer_class) + ", status = " + q(w, status) +
+                       ", updated_at = now(), unknown_since = CASE WHEN " + state +
+                       " = 'unknown' THEN now() ELSE NULL END, retry_not_before = " +
+                       (o.retry_after ? "now() + " + q_millis(*o.retry_after) : "NULL");
+    if (!o.receipt.empty()) text += ", receipt = " + q(w, o.receipt);
+    if (o.response)
+      text += ", response_status = " + std::to_string(o.response->status) +
+              ", response_headers = " + q(w, encode_headers(o.response->headers)) +
+              ", response_body = " + q_bytes(w, o.response->body) +
+              ", response_truncated = " + (o.response->truncated ? "true" : "false");
+    text += " WHERE id = " + std::to_string(o.intent_id) + " AND " +
+            sql_state_guard(settle_sources(o.state, with_attempt));
+    if (with_attempt) text += " AND attempts = " + std::to_string(o.attempt);
+    if (w.exec(text).affected_rows() == 0) {
+      load_intent(w, o.intent_id);  // not_found when there is no such intent
+      throw Abort{errc::illegal_transition};
+    }
+    if (with_attempt)
+      w.exec("UPDATE attempts SET state = " +
+             q(w, to_string(o.state == IntentState::unknown ? AttemptState::unknown
+                                                            : AttemptState::answered)) +
+             ", answer_class = " + q(w, o.answer_class) + ", status = " + q(w, status) +
+             ", receipt = " + q(w, o.receipt) + ", finished_at = now() WHERE intent_id = " +
+             std::to_string(o.intent_id) + " AND number = " + std::to_string(o.attempt) +
+             " AND state = 'dispatched'");
+    return load_intent(w, o.intent_id);
+  });
+}
+
+Result<Intent> PgStore::find_intent(std::int64_t intent_id) {
+  return transact([&](pqxx::work& w) { return load_intent(w, intent_id); });
+}
+
+Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
+  return transact([&](pqxx::work& w) {
+    auto k = q(w, key);
+    auto rows = w.exec(select_intents("idem_key = " + k +
+                                      " OR id IN (SELECT intent_id FROM agent_keys WHERE "
+                                      "agent_key = " + k + ") ORDER BY id DESC LIMIT 1"));
+    if (rows.empty()) throw Abort{errc::not_found};
+    return read_intent(PgRow(rows[0]));
+  });
+}
+
+Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run, int limit) {
+  return transact([&](pqxx::work& w) {
+    std::vector<Intent> out;
+    for (const auto& row : w.exec(select_intents("run_id = " + q(w, run) +
+                                                 " ORDER BY id DESC LIMIT " +
+                                                 std::to_string(limit))))
+      out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
+Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budget, CallKind kind) {
+  return transact([&](pqxx::work& w) {
+    auto id = q(w, run);
+    w.exec("INSERT INTO runs (run_id, budget) VALUES (" + id + ", " + std::to_string(budget) +
+           ") ON CONFLICT (run_id) DO NOTHING");
+    auto counted = w.exec(std::string("UPDATE runs SET calls = calls + 1, updated_at = now() "
+                                      "WHERE run_id = ") + id +
+                          " AND calls < budget AND (state = 'active'" +
+                          (kind == CallKind::read ? " OR state = 'frozen')" : ")"))
+                       .affected_rows();
+    auto current = *load_run(w, run);
+    return RunCharge{counted ? ChargeOutcome::counted : charge_refusal(current, kind),
+                     current.calls, current.budget};
+  });
+}
+
+Result<Run> PgStore::find_run(const std::string& run) {
+  return transact([&](pqxx::work& w) {
+    auto found = load_run(w, run);
+    if (!found) throw Abort{errc::not_found};
+    return *found;
+  });
+}
+
+Result<Run> PgStore::set_run_state(const std::string& run, RunState state,
+                                   const std::string& reason) {
+  return transact([&](pqxx::work& w) {
+    auto target = q(w, to_string(state));
+    // The guard is the rule: a killed run never comes back.
+    auto changed = w.exec("UPDATE runs SET state = " + target + ", reason = " + q(w, reason) +
+                          ", updated_at = now() WHERE run_id = " + q(w, run) +
+                          " AND (state <> 'killed' OR " + target + " = 'killed')")
+                       .affected_rows();
+    auto current = load_run(w, run);
+    if (!current) throw Abort{errc::not_found};
+    if (changed == 0 || !run_transition_allowed(current->state, state))
+      throw Abort{errc::illegal_transition};
+    return *current;
+  });
+}
+
+Result<std::int64_t> PgStore::persist_escalation(const EscalationRequest& r) {
+  return transact([&](pqxx::work& w) {
+    return w
+        .exec("INSERT INTO escalations (run_id, intent_id, reason_code, package) VALUES (" +
+              q(w, r.run) + ", " + q(w, r.intent_id) + ", " + q(w, r.reason_code) + ", " +
+              q(w, r.package_json) + ") RETURNING id")[0][0]
+        .as<std::int64_t>();
+  });
+}
+
+Result<Escalation> PgStore::find_escalation(std::int64_t id) {
+  return transact([&](pqxx::work& w) { return load_escalation(w, id); });
+}
+
+Result<std::vector<Escalation>> PgStore::list_escalations(std::optional<EscalationState> state,
+                                                          int limit) {
+  return transact([&](pqxx::work& w) {
+    std::string where = state ? " WHERE state = " + q(w, to_string(*state)) : "";
+    std::vector<Escalation> out;
+    for (const auto& row : w.exec("SELECT " + std::string(escalation_columns) +
+                                  " FROM escalations" + where + " ORDER BY id DESC LIMIT " +
+                                  std::to_string(limit)))
+      out.push_back(read_escalation(PgRow(row)));
+    return out;
+  });
+}
+
+Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
+  return transact([&](pqxx::work& w) {
+    auto target = r.resolution == Resolution::approve  ? EscalationState::approved
+                  : r.resolution == Resolution::deny   ? EscalationState::denied
+                                                       : EscalationState::completed;
+    auto changed = w.exec("UPDATE escalations SET state = " + q(w, to_string(target)) +
+                          ", receipt = " + q(w, r.receipt) + ", note = " + q(w, r.note) +
+                          ", resolved_at = now() WHERE id = " + std::to_string(r.escalation_id) +
+                          " AND state = 'open'")
+                       .affected_rows();
+    auto escalation = load_escalation(w, r.escalation_id);
+    if (changed == 0) throw Abort{errc::illegal_transition};
+    if (escalation.intent_id && r.resolution != Resolution::approve) {
+      bool complete = r.resolution == Resolution::complete;
+      std::string receipt = r.receipt.empty() ? "" : ", receipt = " + q(w, r.receipt);
+      auto settled =
+          w.exec("UPDATE intents SET state = " +
+                 q(w, to_string(complete ? IntentState::completed : IntentState::denied)) +
+                 receipt + ", unknown_since = NULL, updated_at = now() WHERE id = " +
+                 std::to_string(*escalation.intent_id) + " AND " +
+                 sql_state_guard(resolution_sources(r.resolution)))
+              .affected_rows();
+      if (settled == 0) throw Abort{errc::illegal_transition};
+    }
+    return escalation;
+  });
+}
+
+Result<void> PgStore::record_refusal(std::int64_t intent_id, const std::string& reason_code) {
+  return transact([&](pqxx::work& w) {
+    auto inserted = w.exec("INSERT INTO refusals (intent_id, run_id, tool, fingerprint, "
+                           "reason_code) SELECT id, run_id, tool, fingerprint, " +
+                           q(w, reason_code) + " FROM intents WHERE id = " +
+                           std::to_string(intent_id))
+                        .affected_rows();
+    if (inserted == 0) throw Abort{errc::not_found};
+  });
+}
+
+namespace {
+
+// Attempts matching `filter` still dispatched become unknown, and so do their
+// intents (only the intent's current attempt can hold it dispatched).
+int recover_where(pqxx::work& w, const std::string& filter) {
+  auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
+                        "unknown_since = now(), updated_at = now() WHERE state = 'dispatched' "
+                        "AND id IN (SELECT intent_id FROM attempts a WHERE a.state = "
+                        "'dispatched' AND a.number = intents.attempts AND " + filter + ")")
+                     .affected_rows();
+  w.exec("UPDATE attempts SET state = 'unknown', recovered = true, finished_at = now() "
+         "WHERE state = 'dispatched' AND " + filter);
+  return static_cast<int>(intents);
+}
+
+}  // namespace
+
+Result<int> PgStore::recover_replica(const std::string& replica) {
+  return transact([&](pqxx::work& w) { return recover_where(w, "replica_id = " + q(w, replica)); });
+}
+
+Result<int> PgStore::recover_stale(Millis lease) {
+  return transact(
+      [&](pqxx::work& w) { return recover_where(w, "started_at < now() - " + q_millis(lease)); });
+}
+
+}  // namespace idemgate::ledger

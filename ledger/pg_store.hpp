@@ -1,0 +1,57 @@
+// The PostgreSQL backend: one libpqxx connection, used by one worker thread.
+// It connects lazily and reconnects after a failure with exponential backoff
+// (calls during the backoff fail fast with errc::unavailable instead of
+// blocking the worker). statement_timeout bounds every statement, TCP
+// keepalives bound a silent peer, and a connection lost mid-transaction
+// becomes errc::unavailable. Commits are synchronous (synchronous_commit on).
+#pragma once
+
+#include "ledger/store.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace idemgate::ledger {
+
+class PgStore final : public Store {
+ public:
+  PgStore(std::string url, Millis statement_timeout);
+  ~PgStore() override;
+
+  Result<int> migrate() override;
+  std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
+  Result<AttemptStart> begin_attempt(std::int64_t intent_id, const std::string& replica,
+                                     int max_attempts) override;
+  Result<Intent> record_outcome(const Outcome&) override;
+  Result<Intent> find_intent(std::int64_t intent_id) override;
+  Result<Intent> find_intent_by_key(const std::string& key) override;
+  Result<std::vector<Intent>> list_intents_by_run(const std::string& run, int limit) override;
+  Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
+  Result<Run> find_run(const std::string& run) override;
+  Result<Run> set_run_state(const std::string& run, RunState, const std::string& reason) override;
+  Result<std::int64_t> persist_escalation(const EscalationRequest&) override;
+  Result<Escalation> find_escalation(std::int64_t id) override;
+  Result<std::vector<Escalation>> list_escalations(std::optional<EscalationState>,
+                                                   int limit) override;
+  Result<Escalation> resolve_escalation(const ResolveRequest&) override;
+  Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) override;
+  Result<int> recover_replica(const std::string& replica) override;
+  Result<int> recover_stale(Millis lease) override;
+
+ private:
+  // Runs body(pqxx::work&) in one transaction; returns its Result.
+  template <class F>
+  auto transact(F&& body);
+  // Connects when there is no connection and the backoff has passed.
+  boost::system::error_code connect();
+  void drop_connection();
+
+  std::string url_;
+  Millis statement_timeout_;
+  struct Connection;  // pqxx::connection, kept out of this header
+  std::unique_ptr<Connection> connection_;
+  Millis backoff_{0};
+  std::chrono::steady_clock::time_point next_connect_{};
+};
+
+}  // namespace idemgate::ledger

@@ -1,0 +1,151 @@
+// Redaction of headers and bodies (see redact.hpp).
+#include "ledger/redact.hpp"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace idemgate::ledger {
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
+constexpr std::array<std::string_view, 4> always_secret{"Authorization", "Proxy-Authorization",
+                                                         "Cookie", "Set-Cookie"};
+
+bool is_secret_header(std::string_view name, const config::Redact& rules) {
+  auto same = [&](std::string_view s) { return iequals(name, s); };
+  return std::any_of(always_secret.begin(), always_secret.end(), same) ||
+         std::any_of(rules.headers.begin(), rules.headers.end(), same);
+}
+
+std::string_view header_value(const Headers& headers, std::string_view name) {
+  for (const auto& [n, v] : headers)
+    if (iequals(n, name)) return v;
+  return {};
+}
+
+bool is_form(std::string_view content_type) {
+  auto semi = content_type.find(';');
+  auto type = content_type.substr(0, semi);
+  while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
+  return iequals(type, "application/x-www-form-urlencoded");
+}
+
+// "/card/number" -> "card[number]" (the pointer's ~1 and ~0 escapes undone).
+std::string form_key(std::string_view pointer) {
+  std::string key;
+  bool first = true;
+  std::size_t pos = 1;
+  while (pos <= pointer.size() && !pointer.empty()) {
+    auto next = pointer.find('/', pos);
+    auto token = std::string(pointer.substr(pos, next == std::string_view::npos
+                                                     ? std::string_view::npos
+                                                     : next - pos));
+    for (std::size_t i; (i = token.find("~1")) != std::string::npos;) token.replace(i, 2, "/");
+    for (std::size_t i; (i = token.find("~0")) != std::string::npos;) token.replace(i, 2, "~");
+    key += first ? token : "[" + token + "]";
+    first = false;
+    if (next == std::string_view::npos) break;
+    pos = next + 1;
+  }
+  return key;
+}
+
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit((unsigned char)s[i + 1]) &&
+               std::isxdigit((unsigned char)s[i + 2])) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string redact_form(std::string_view body, const config::Redact& rules) {
+  std::vector<std::string> keys;
+  for (const auto& p : rules.body) keys.push_back(form_key(p));
+  std::string out;
+  std::size_t pos = 0;
+  while (pos <= body.size()) {
+    auto amp = body.find('&', pos);
+    auto pair = body.substr(pos, amp == std::string_view::npos ? std::string_view::npos : amp - pos);
+    auto eq = pair.find('=');
+    auto name = percent_decode(pair.substr(0, eq));
+    if (!out.empty() || pos > 0) out += '&';
+    if (eq != std::string_view::npos && std::find(keys.begin(), keys.end(), name) != keys.end())
+      out += std::string(pair.substr(0, eq)) + "=%5Bredacted%5D";
+    else
+      out += pair;
+    if (amp == std::string_view::npos) break;
+    pos = amp + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Headers redact_headers(const Headers& headers, const config::Redact& rules) {
+  Headers kept;
+  for (const auto& h : headers)
+    if (!is_secret_header(h.first, rules)) kept.push_back(h);
+  return kept;
+}
+
+std::string redact_body(std::string_view body, std::string_view content_type,
+                        const config::Redact& rules) {
+  if (rules.body.empty() || body.empty()) return std::string(body);
+  if (is_form(content_type)) return redact_form(body, rules);
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(body, ec);
+  if (ec) return std::string(body);
+  bool changed = false;
+  for (const auto& pointer : rules.body) {
+    boost::system::error_code pec;
+    if (auto* v = doc.find_pointer(pointer, pec)) {
+      *v = redacted_marker;
+      changed = true;
+    }
+  }
+  return changed ? boost::json::serialize(doc) : std::string(body);
+}
+
+std::string redact_request(const RequestSnapshot& request, const config::Redact& rules) {
+  boost::json::array headers;
+  for (const auto& [n, v] : redact_headers(request.headers, rules))
+    headers.push_back(boost::json::array{boost::json::string(n), boost::json::string(v)});
+  boost::json::object snapshot;
+  snapshot["method"] = request.method;
+  snapshot["target"] = request.target;
+  snapshot["headers"] = std::move(headers);
+  snapshot["body"] =
+      redact_body(request.body, header_value(request.headers, "Content-Type"), rules);
+  return boost::json::serialize(snapshot);
+}
+
+StoredResponse redact_response(StoredResponse response, const config::Redact& rules,
+                               std::uint64_t cap) {
+  response.body =
+      redact_body(response.body, header_value(response.headers, "Content-Type"), rules);
+  response.headers = redact_headers(response.headers, rules);
+  if (response.body.size() > cap) {
+    response.body.resize(cap);
+    response.truncated = true;
+  }
+  return response;
+}
+
+}  // namespace idemgate::ledger

@@ -1,0 +1,57 @@
+// The embedded backend: one SQLite file in WAL mode with synchronous=FULL, so
+// a reservation is on disk before reserve_intents returns. Several
+// SqliteStores (threads or processes) may share one file: writes serialise on
+// the file lock (BEGIN IMMEDIATE), waiting at most busy_timeout.
+#pragma once
+
+#include "ledger/store.hpp"
+
+#include <string>
+
+struct sqlite3;
+
+namespace idemgate::ledger {
+
+class SqliteStore final : public Store {
+ public:
+  // Opens (creating) the file. Does not migrate.
+  static Result<std::unique_ptr<SqliteStore>> open(const std::string& path, Millis busy_timeout);
+  ~SqliteStore() override;
+
+  Result<int> migrate() override;
+  std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
+  Result<AttemptStart> begin_attempt(std::int64_t intent_id, const std::string& replica,
+                                     int max_attempts) override;
+  Result<Intent> record_outcome(const Outcome&) override;
+  Result<Intent> find_intent(std::int64_t intent_id) override;
+  Result<Intent> find_intent_by_key(const std::string& key) override;
+  Result<std::vector<Intent>> list_intents_by_run(const std::string& run, int limit) override;
+  Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
+  Result<Run> find_run(const std::string& run) override;
+  Result<Run> set_run_state(const std::string& run, RunState, const std::string& reason) override;
+  Result<std::int64_t> persist_escalation(const EscalationRequest&) override;
+  Result<Escalation> find_escalation(std::int64_t id) override;
+  Result<std::vector<Escalation>> list_escalations(std::optional<EscalationState>,
+                                                   int limit) override;
+  Result<Escalation> resolve_escalation(const ResolveRequest&) override;
+  Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) override;
+  Result<int> recover_replica(const std::string& replica) override;
+  Result<int> recover_stale(Millis lease) override;
+
+ private:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+
+  enum class Lock { read, write };
+  template <class F>
+  auto transact(Lock lock, F&& body) -> Result<std::invoke_result_t<F&>>;
+
+  Intent load_intent(std::int64_t id);
+  std::optional<Run> load_run(const std::string& run);
+  Escalation load_escalation(std::int64_t id);
+  Reservation reserve_one(const ReserveRequest&, std::int64_t now);
+  int recover_where(const std::string& attempt_filter, const std::string& bound);
+
+  sqlite3* db_;
+};
+
+}  // namespace idemgate::ledger

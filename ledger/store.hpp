@@ -1,0 +1,82 @@
+// The synchronous ledger interface both backends implement. Each method is
+// one database transaction and returns a Result: nothing is thrown across it.
+// A Store is one thread's at a time (it owns one connection); the async
+// Ledger facade gives each worker thread its own Store.
+#pragma once
+
+#include "ledger/errc.hpp"
+#include "ledger/types.hpp"
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace idemgate::ledger {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Applies missing migrations; returns the schema version now in force.
+  // errc::newer_schema when the database is ahead of this binary.
+  virtual Result<int> migrate() = 0;
+
+  // Reserves each request, all in one transaction (group commit). For each
+  // scope+fingerprint exactly one caller across all processes gets
+  // ReserveOutcome::reserved; the others get the live row. Results are in
+  // request order; a failed transaction fails every request.
+  virtual std::vector<Result<Reservation>> reserve_intents(
+      std::span<const ReserveRequest> requests) = 0;
+
+  // Compare-and-set: moves the intent to dispatched and records attempt
+  // number attempts+1 for `replica` only if no attempt is in flight, the
+  // intent is not settled, attempts < max_attempts and any Retry-After has
+  // passed. Otherwise says why not (AttemptOutcome) without writing.
+  virtual Result<AttemptStart> begin_attempt(std::int64_t intent_id,
+                                             const std::string& replica,
+                                             int max_attempts) = 0;
+
+  // Settles an attempt (or an intent without one, see Outcome). Rejected with
+  // errc::illegal_transition when the intent is not in a state the move may
+  // start from (completed never goes back, a late answer after recovery is
+  // refused).
+  virtual Result<Intent> record_outcome(const Outcome& outcome) = 0;
+
+  virtual Result<Intent> find_intent(std::int64_t intent_id) = 0;
+  // By the key sent upstream or an agent key bound to the intent; the newest.
+  virtual Result<Intent> find_intent_by_key(const std::string& key) = 0;
+  virtual Result<std::vector<Intent>> list_intents_by_run(const std::string& run,
+                                                          int limit) = 0;
+
+  // Counts one call against the run's budget (creating the run with `budget`
+  // on first sight). Does not count when the run is killed, or frozen and the
+  // call is a write, or the budget is spent.
+  virtual Result<RunCharge> count_call(const std::string& run, std::int64_t budget,
+                                       CallKind kind) = 0;
+  virtual Result<Run> find_run(const std::string& run) = 0;
+  // active <-> frozen; any -> killed; killed is final (illegal_transition).
+  virtual Result<Run> set_run_state(const std::string& run, RunState state,
+                                    const std::string& reason) = 0;
+
+  virtual Result<std::int64_t> persist_escalation(const EscalationRequest& request) = 0;
+  virtual Result<Escalation> find_escalation(std::int64_t id) = 0;
+  // Newest first; nullopt: every state.
+  virtual Result<std::vector<Escalation>> list_escalations(
+      std::optional<EscalationState> state, int limit) = 0;
+  // Only an open escalation can be resolved. complete settles its intent as
+  // completed with the receipt; deny settles it as denied; approve leaves it.
+  virtual Result<Escalation> resolve_escalation(const ResolveRequest& request) = 0;
+
+  // A refusal of a repeat (same fingerprint at the bound, validation
+  // repeated...), counted for the dashboards.
+  virtual Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) = 0;
+
+  // Crash recovery: attempts of `replica` still dispatched become unknown
+  // (recovered). Returns how many intents were recovered.
+  virtual Result<int> recover_replica(const std::string& replica) = 0;
+  // The same for any replica's attempts begun longer than `lease` ago.
+  virtual Result<int> recover_stale(Millis lease) = 0;
+};
+
+}  // namespace idemgate::ledger

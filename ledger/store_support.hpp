@@ -1,0 +1,69 @@
+// What both Store backends share inside the ledger: the exception that aborts
+// a transaction with an errc (caught at the Store boundary and returned as a
+// Result), header (de)serialisation, time conversions, and the rules that
+// turn a rejected compare-and-set into the reason why.
+#pragma once
+
+#include "ledger/errc.hpp"
+#include "ledger/types.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace idemgate::ledger::detail {
+
+// Thrown inside a Store transaction to roll it back with a specific error.
+struct Abort {
+  errc code;
+};
+
+// One result row, whichever backend produced it. Booleans are 0/1 integers,
+// times epoch milliseconds.
+class RowView {
+ public:
+  virtual ~RowView() = default;
+  virtual bool is_null(int column) const = 0;
+  virtual std::int64_t int64(int column) const = 0;
+  virtual std::optional<std::int64_t> optional_int64(int column) const = 0;
+  virtual std::string text(int column) const = 0;
+  virtual std::string blob(int column) const = 0;
+};
+
+// Intent rows are read in this order (each backend selects its own
+// expressions for them, see intent_columns in its store):
+// id, run_id, tool, scope, fingerprint, idem_key, state, answer_class,
+// attempts, status, receipt, response_status, response_headers,
+// response_body, response_truncated, request_snapshot, window_ms,
+// unknown_ttl_ms, recovered, created_at, updated_at, window_until,
+// unknown_since, retry_not_before
+Intent read_intent(const RowView& row);
+// id, run_id, intent_id, reason_code, package, state, receipt, note,
+// created_at, resolved_at
+Escalation read_escalation(const RowView& row);
+
+// Headers as a JSON array of [name, value] pairs.
+std::string encode_headers(const Headers& headers);
+Headers decode_headers(std::string_view json);
+
+inline TimePoint from_epoch_ms(std::int64_t ms) { return TimePoint(Millis(ms)); }
+inline std::int64_t to_epoch_ms(TimePoint t) { return t.time_since_epoch().count(); }
+inline std::int64_t now_epoch_ms() {
+  return std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();
+}
+
+// Why begin_attempt's compare-and-set did not start an attempt, from the row
+// as it is now.
+AttemptOutcome refusal_reason(const Intent& intent, int max_attempts);
+
+// Why set_run_state may move from `from` to `to`.
+bool run_transition_allowed(RunState from, RunState to);
+
+// Why a charge was not counted, from the run as it is now.
+ChargeOutcome charge_refusal(const Run& run, CallKind kind);
+
+// The fields a reservation cannot do without are present.
+bool valid(const ReserveRequest& request);
+
+}  // namespace idemgate::ledger::detail

@@ -1,0 +1,176 @@
+// The ledger's rows and requests as plain data: what the Store backends read
+// and write and what the enforcement layer gets back. No behaviour here
+// besides the names of the states.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace idemgate::ledger {
+
+using Clock = std::chrono::system_clock;
+using TimePoint = std::chrono::time_point<Clock, std::chrono::milliseconds>;
+using Millis = std::chrono::milliseconds;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// Where an intent stands. Legal moves (enforced by the SQL of both backends):
+//   reserved   -> dispatched (begin_attempt) | denied (refused before dispatch)
+//   dispatched -> completed | denied | retryable | unknown (the attempt's outcome)
+//   retryable  -> dispatched | denied
+//   unknown    -> dispatched (reconcile by re-sending the same key)
+//              | completed (reconciled by query, or a human with a receipt)
+//              | denied (a human decided)
+//   completed, denied: terminal.
+enum class IntentState { reserved, dispatched, completed, unknown, denied, retryable };
+
+// One dispatch of an intent. `unknown` attempts were sent and never answered
+// (timeout, reset, or the process died while they were in flight).
+enum class AttemptState { dispatched, answered, unknown };
+
+enum class RunState { active, frozen, killed };
+
+enum class EscalationState { open, approved, denied, completed };
+enum class Resolution { approve, deny, complete };
+
+std::string_view to_string(IntentState) noexcept;
+std::string_view to_string(AttemptState) noexcept;
+std::string_view to_string(RunState) noexcept;
+std::string_view to_string(EscalationState) noexcept;
+std::optional<IntentState> parse_intent_state(std::string_view) noexcept;
+std::optional<AttemptState> parse_attempt_state(std::string_view) noexcept;
+std::optional<RunState> parse_run_state(std::string_view) noexcept;
+std::optional<EscalationState> parse_escalation_state(std::string_view) noexcept;
+
+// What is replayed for a completed intent. Already redacted and capped.
+struct StoredResponse {
+  int status = 0;
+  Headers headers;
+  std::string body;
+  bool truncated = false;  // body was cut at ledger.response_cap
+};
+
+struct Intent {
+  std::int64_t id = 0;
+  std::string run;
+  std::string tool;
+  std::string scope;        // the run id for scope: run, "" for scope: global
+  std::string fingerprint;
+  std::string key;          // the idempotency key sent upstream, never changes
+  IntentState state = IntentState::reserved;
+  std::string answer_class; // policy::AnswerClass name of the last answer; "" before one
+  int attempts = 0;         // attempts begun so far
+  std::optional<int> status;
+  std::string receipt;      // the provider's id for the effect, "" when none
+  std::optional<StoredResponse> response;
+  std::string request_snapshot;  // redacted request, for escalation packages
+  Millis window{0};
+  Millis unknown_ttl{0};
+  bool recovered = false;   // became unknown by crash recovery
+  TimePoint created_at;
+  TimePoint updated_at;
+  TimePoint window_until;
+  std::optional<TimePoint> unknown_since;
+  std::optional<TimePoint> retry_not_before;
+};
+
+struct ReserveRequest {
+  std::string run;
+  std::string tool;
+  std::string scope;
+  std::string fingerprint;
+  std::string key;        // freshly minted (or the agent's, in passthrough mode)
+  std::string agent_key;  // the key the agent sent, "" when none
+  Millis window{std::chrono::hours(24)};
+  Millis unknown_ttl{std::chrono::minutes(15)};
+  std::string request_snapshot;  // redacted by the Ledger before it is stored
+};
+
+enum class ReserveOutcome {
+  reserved,     // this caller won: the row holds its key
+  existing,     // a live intent for scope+fingerprint already existed
+  key_mismatch  // agent_key is bound to another fingerprint (422); intent is that one
+};
+
+struct Reservation {
+  ReserveOutcome outcome = ReserveOutcome::reserved;
+  Intent intent;
+};
+
+enum class AttemptOutcome {
+  started,    // this caller may dispatch attempt `attempt` now
+  in_flight,  // another attempt is dispatched (any replica): 409 Retry-After
+  completed,  // replay intent.response
+  denied,     // refuse, never re-send
+  exhausted,  // attempts reached max_attempts
+  not_yet     // retryable but intent.retry_not_before is in the future
+};
+
+struct AttemptStart {
+  AttemptOutcome outcome = AttemptOutcome::started;
+  int attempt = 0;  // the attempt number when started
+  Intent intent;
+};
+
+// The result of one attempt (attempt > 0), or a settlement without one
+// (attempt == 0: refused before dispatch, or reconciled by a query).
+struct Outcome {
+  std::int64_t intent_id = 0;
+  int attempt = 0;
+  IntentState state = IntentState::completed;  // completed|denied|retryable|unknown
+  std::string answer_class;
+  std::optional<int> status;
+  std::string receipt;
+  std::optional<StoredResponse> response;
+  std::optional<Millis> retry_after;  // retryable: earliest next attempt
+};
+
+enum class CallKind { read, write };
+enum class ChargeOutcome { counted, exhausted, frozen, killed };
+
+struct RunCharge {
+  ChargeOutcome outcome = ChargeOutcome::counted;
+  std::int64_t calls = 0;
+  std::int64_t budget = 0;
+};
+
+struct Run {
+  std::string id;
+  RunState state = RunState::active;
+  std::int64_t calls = 0;
+  std::int64_t budget = 0;
+  std::string reason;
+};
+
+struct EscalationRequest {
+  std::string run;
+  std::optional<std::int64_t> intent_id;
+  std::string reason_code;
+  std::string package_json;  // the problem+json package, redacted by the caller's policy layer
+};
+
+struct Escalation {
+  std::int64_t id = 0;
+  std::string run;
+  std::optional<std::int64_t> intent_id;
+  std::string reason_code;
+  std::string package_json;
+  EscalationState state = EscalationState::open;
+  std::string receipt;
+  std::string note;
+  TimePoint created_at;
+  std::optional<TimePoint> resolved_at;
+};
+
+struct ResolveRequest {
+  std::int64_t escalation_id = 0;
+  Resolution resolution = Resolution::approve;
+  std::string receipt;  // complete: the provider's id for the effect
+  std::string note;
+};
+
+}  // namespace idemgate::ledger
