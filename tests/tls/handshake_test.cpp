@@ -117,7 +117,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("a client trusting the CA completes a handshake with a minted leaf; ALPN is http/1.1") {
+TEST_CASE("a client trusting the CA completes a handshake with a minted leaf and gets ALPN http/1.1") {
   Fixture f;
   auto result = handshake(*f.leaf("localhost"), *f.client, "localhost");
   CHECK_MESSAGE(!result.client_ec, result.reason);
