@@ -17,6 +17,7 @@ class SourceMap {
  public:
   void record(const std::string& path, Position where) { positions_[path] = where; }
   bool written(const std::string& path) const { return positions_.count(path) != 0; }
+  const std::map<std::string, Position>& positions() const { return positions_; }
 
   // The position of `path`, else of its nearest recorded parent, else {0, 0}.
   Position find(std::string path) const {

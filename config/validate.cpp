@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 
 namespace idemgate::config {
 namespace {
 
 using policy::Effect;
 using policy::ReconcileMode;
+
+std::optional<std::string> header_name_error(std::string_view name);
 
 class Checker {
  public:
@@ -27,6 +30,8 @@ class Checker {
     check_pattern_list("egress.allow_hosts", config_.egress.allow_hosts, policy::host_glob_error);
     check_pattern_list("tls.intercept_hosts", config_.tls.intercept_hosts, policy::host_glob_error);
     check_pattern_list("redact.body", config_.redact.body, policy::json_pointer_error);
+    check_pattern_list("redact.headers", config_.redact.headers, header_name_error);
+    check_pattern("runs.header", config_.runs.header, header_name_error);
     check_ledger();
     check_tls();
     for (std::size_t i = 0; i < config_.routes.size(); ++i) check_route(i);
@@ -86,6 +91,31 @@ class Checker {
       report(path, "'" + text + "' is not an http:// or https:// URL");
   }
 
+  // {key}, {receipt} and {/json/pointer} placeholders, then an http(s) URL.
+  void check_url_template(const std::string& path, const std::string& text) {
+    std::string filled;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if (text[i] != '{') {
+        filled += text[i];
+        continue;
+      }
+      const auto close = text.find('}', i);
+      if (close == std::string::npos) {
+        report(path, "unclosed '{' in '" + text + "'");
+        return;
+      }
+      const auto name = text.substr(i + 1, close - i - 1);
+      if (name != "key" && name != "receipt") {
+        if (name.empty() || name.front() != '/')
+          report(path, "unknown placeholder {" + name + "}; use {key}, {receipt} or {/json/pointer}");
+        else check_pattern(path, name, policy::json_pointer_error);
+      }
+      filled += "x";
+      i = close;
+    }
+    check_http_url(path, filled);
+  }
+
   void check_tool(const std::string& path, const policy::Tool& tool) {
     if (tool.name.empty()) report(path, "every tool needs a name");
     const auto& match = tool.match;
@@ -93,9 +123,13 @@ class Checker {
     else check_pattern(path + ".match.host", match.host, policy::host_glob_error);
     if (!match.path.empty()) check_pattern(path + ".match.path", match.path, policy::path_pattern_error);
     if (!std::all_of(match.method.begin(), match.method.end(), [](unsigned char c) { return std::isupper(c); }))
-      report(path + ".match.method", "bad method '" + match.method + "'");
+      report(path + ".match.method", "bad method '" + match.method + "': write one method such as POST, or leave it out for any");
 
     check_pattern_list(path + ".fingerprint.ignore", tool.fingerprint.ignore, policy::json_pointer_error);
+    check_pattern_list(path + ".fingerprint.headers", tool.fingerprint.headers, header_name_error);
+    check_pattern(path + ".idempotency.header", tool.idempotency.header, header_name_error);
+    if (!tool.should_retry_header.empty())
+      check_pattern(path + ".should_retry_header", tool.should_retry_header, header_name_error);
     check_pattern_list(path + ".require", tool.require, policy::json_pointer_error);
     check_pattern(path + ".receipt", tool.receipt, policy::json_pointer_error);
     for (std::size_t i = 0; i < tool.classify.size(); ++i) check_classify_rule(path + ".classify[" + std::to_string(i) + "]", tool.classify[i]);
@@ -106,6 +140,7 @@ class Checker {
     if (!rule.status && rule.header.empty()) report(path, "a classify rule needs a status or a header");
     if (rule.status && (*rule.status < 100 || *rule.status > 599))
       report(path + ".status", "status must be between 100 and 599");
+    if (!rule.header.empty()) check_pattern(path + ".header", rule.header, header_name_error);
     if (!rule.header_value.empty() && rule.header.empty())
       report(path + ".header_value", "header_value needs header");
     if (!positions_.written(path + ".class")) report(path, "a classify rule needs a class");
@@ -123,7 +158,7 @@ class Checker {
     if (reconcile.mode == ReconcileMode::query) {
       if (query.url.empty())
         report(path + ".reconcile.mode", "reconcile mode query needs reconcile.query.url");
-      else check_http_url(path + ".reconcile.query.url", query.url);
+      else check_url_template(path + ".reconcile.query.url", query.url);
       check_pattern(path + ".reconcile.query.found", query.found, policy::json_pointer_error);
     } else {
       for (const char* key : {".reconcile.query", ".reconcile.settle"})
@@ -139,6 +174,16 @@ class Checker {
   const SourceMap& positions_;
   std::vector<ConfigError>& errors_;
 };
+
+// RFC 9110 token characters: what a header name may contain.
+std::optional<std::string> header_name_error(std::string_view name) {
+  static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
+  const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
+  });
+  if (ok) return std::nullopt;
+  return "bad header name '" + std::string(name) + "'";
+}
 
 std::string to_lower(std::string text) {
   for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -27,6 +27,9 @@ template <class T>
 struct Field {
   std::string_view key;
   std::function<void(YamlReader&, const YAML::Node& value, T& out)> read;
+  // For a mapping or list of mappings: appends the dotted paths of the keys
+  // below this one ("query.url"), so the whole schema can be listed.
+  std::function<void(const std::string& prefix, std::vector<std::string>& out)> list_children{};
 };
 
 template <class T>
@@ -186,17 +189,31 @@ Field<T> integer_field(std::string_view key, I T::*member, long long low, long l
           }};
 }
 
+// Appends "prefix.key" for every key in `fields`, recursively.
+template <class T>
+void collect_key_paths(const Fields<T>& fields, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& field : fields) {
+    const auto path = prefix.empty() ? std::string(field.key) : prefix + "." + std::string(field.key);
+    out.push_back(path);
+    if (field.list_children) field.list_children(path, out);
+  }
+}
+
 template <class T, class M>
 Field<T> nested_field(std::string_view key, M T::*member, const Fields<M>& fields) {
-  return {key, [member, &fields](YamlReader& r, const YAML::Node& n, T& out) {
-            r.read_struct(n, out.*member, fields);
+  return {key,
+          [member, &fields](YamlReader& r, const YAML::Node& n, T& out) { r.read_struct(n, out.*member, fields); },
+          [&fields](const std::string& prefix, std::vector<std::string>& out) {
+            collect_key_paths(fields, prefix, out);
           }};
 }
 
 template <class T, class M>
 Field<T> list_field(std::string_view key, std::vector<M> T::*member, const Fields<M>& fields) {
-  return {key, [member, &fields](YamlReader& r, const YAML::Node& n, T& out) {
-            r.read_list(n, out.*member, fields);
+  return {key,
+          [member, &fields](YamlReader& r, const YAML::Node& n, T& out) { r.read_list(n, out.*member, fields); },
+          [&fields](const std::string& prefix, std::vector<std::string>& out) {
+            collect_key_paths(fields, prefix + "[]", out);
           }};
 }
 
