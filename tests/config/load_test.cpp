@@ -89,3 +89,21 @@ TEST_CASE("check-config prints ok or every error") {
   CHECK(config::check_config_main("/nonexistent/idemgate.yaml", out2, err2) == 2);
   CHECK(err2.str().find("/nonexistent/idemgate.yaml: cannot read") == 0);
 }
+
+TEST_CASE("a loaded config carries its compiled tool table") {
+  const auto result = config::load_file(IDEMGATE_SOURCE_DIR "/config/example.yaml");
+  REQUIRE(result.config);
+  REQUIRE(result.config->tool_table);
+  policy::MatchRequest request;
+  request.method = "POST";
+  request.host = "api.stripe.com";
+  request.port = 443;
+  request.path = "/v1/charges";
+  const auto* tool = result.config->tool_table->match(request);
+  REQUIRE(tool);
+  CHECK(tool->name == "stripe.create_charge");
+  request.method = "GET";
+  request.path = "/v1/customers/cus_123";
+  REQUIRE(result.config->tool_table->match(request));
+  CHECK(result.config->tool_table->match(request)->name == "stripe.get_customer");
+}
