@@ -51,6 +51,12 @@ struct Exchange {
 
 bool is_timeout(const beast::error_code& ec) { return ec == beast::error::timeout; }
 
+Problem body_too_large(const config::Config& cfg) {
+  return Problem{413, "body_too_large", "Request body too large",
+                 "the request body is larger than limits.request_body (" + std::to_string(cfg.limits.request_body) +
+                     " bytes)"};
+}
+
 }  // namespace
 
 asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast::flat_buffer& client_buffer,
@@ -64,7 +70,9 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
   bool const client_wants_keep_alive = req.keep_alive();
   auto const& timeouts = cfg.timeouts;
 
-  auto answer_problem = [&](Problem p) -> asio::awaitable<ForwardResult> {
+  // GCC 12 destroys temporaries inside a co_await expression twice: every
+  // problem is built into a named variable before it is awaited.
+  auto answer_problem = [&](const Problem& p) -> asio::awaitable<ForwardResult> {
     x.status = p.status;
     x.reason_code = p.reason_code;
     worker.stats().problems.fetch_add(1, std::memory_order_relaxed);
@@ -74,9 +82,8 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
   };
 
   if (cfg.limits.request_body != 0 && parser.content_length() && *parser.content_length() > cfg.limits.request_body) {
-    co_return co_await answer_problem(Problem{413, "body_too_large", "Request body too large",
-                                              "the request body is larger than limits.request_body (" +
-                                                  std::to_string(cfg.limits.request_body) + " bytes)"});
+    Problem const p = body_too_large(cfg);
+    co_return co_await answer_problem(p);
   }
   bool const has_body = !parser.is_done();
   bool const expect_continue = beast::iequals(req[http::field::expect], "100-continue");
@@ -102,7 +109,7 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
     up = worker.pool().take(pool_key);
     if (!up) {
       auto outcome = co_await connect_upstream(target, cfg, worker);
-      if (!outcome.connection) co_return co_await answer_problem(std::move(*outcome.problem));
+      if (!outcome.connection) co_return co_await answer_problem(*outcome.problem);
       up = std::move(outcome.connection);
     }
     x.reused = up->requests > 0;
@@ -121,9 +128,8 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
                                     cfg.limits.request_body);
     x.bytes_in = sent.body_bytes;
     if (sent.failure == RelayFailure::too_large) {
-      co_return co_await answer_problem(Problem{413, "body_too_large", "Request body too large",
-                                                "the request body is larger than limits.request_body (" +
-                                                    std::to_string(cfg.limits.request_body) + " bytes)"});
+      Problem const p = body_too_large(cfg);
+      co_return co_await answer_problem(p);
     }
     if (sent.failure == RelayFailure::read) {
       // The client stopped sending its body: nobody is left to answer.
@@ -134,8 +140,8 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
     }
     if (sent.failure == RelayFailure::write) {
       if (x.reused && !has_body && attempt == 0) continue;
-      co_return co_await answer_problem(upstream_connect_failed("sending the request upstream failed: " +
-                                                                sent.ec.message()));
+      Problem const p = upstream_connect_failed("sending the request upstream failed: " + sent.ec.message());
+      co_return co_await answer_problem(p);
     }
 
     // The answer header, skipping interim 1xx answers.
@@ -149,9 +155,9 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
       auto [ec, n] = co_await http::async_read_header(up->stream, up->buffer, *rp, use_tuple);
       if (ec) {
         if (is_timeout(ec)) {
-          co_return co_await answer_problem(upstream_timed_out(
-              "no answer header from " + target.host + ":" + std::to_string(target.port) +
-              " within timeouts.upstream_response"));
+          Problem const p = upstream_timed_out("no answer header from " + target.host + ":" +
+                                               std::to_string(target.port) + " within timeouts.upstream_response");
+          co_return co_await answer_problem(p);
         }
         bool const nothing_received = n == 0 && up->buffer.size() == 0;
         if (x.reused && !has_body && attempt == 0 && nothing_received &&
@@ -161,12 +167,13 @@ asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast:
           break;
         }
         if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) {
-          co_return co_await answer_problem(Problem{502, "upstream_closed", "Upstream closed the connection",
-                                                    "the upstream closed the connection before a complete "
-                                                    "answer header: " + ec.message()});
+          Problem const p{502, "upstream_closed", "Upstream closed the connection",
+                          "the upstream closed the connection before a complete answer header: " + ec.message()};
+          co_return co_await answer_problem(p);
         }
-        co_return co_await answer_problem(Problem{502, "upstream_bad_response", "Bad answer from upstream",
-                                                  "the upstream's answer header could not be read: " + ec.message()});
+        Problem const p{502, "upstream_bad_response", "Bad answer from upstream",
+                        "the upstream's answer header could not be read: " + ec.message()};
+        co_return co_await answer_problem(p);
       }
       auto const code = rp->get().result_int();
       if (code >= 100 && code < 200 && code != 101) continue;  // interim: drop it

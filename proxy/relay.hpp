@@ -74,7 +74,9 @@ boost::asio::awaitable<RelayResult> relay_body(InStream& in, boost::beast::flat_
         result.failure = RelayFailure::too_large;
         co_return result;
       }
-      body.data = buf.data();
+      if (got == 0 && !p.is_done()) continue;  // framing only (a chunk header): nothing to send yet
+      // An empty buffer would be serialized as the last chunk: send none.
+      body.data = got ? buf.data() : nullptr;
       body.size = got;
       body.more = !p.is_done();
     } else {

@@ -71,6 +71,9 @@ private:
     for (;;) {
       auto const bytes = std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
       auto const check = check_raw_header(bytes, static_cast<std::size_t>(limits.request_line));
+      // GCC 12 destroys temporaries inside a co_await expression twice:
+      // every problem is built into a named variable first.
+      std::optional<Problem> problem;
       switch (check.error) {
         case RawHeaderError::none: {
           idle_ = false;
@@ -79,35 +82,34 @@ private:
           parser.body_limit(boost::none);
           parser.put(asio::buffer(buffer_.data().data(), check.header_size), ec);
           buffer_.consume(check.header_size);
-          if (ec || !parser.is_header_done()) {
-            co_await write_problem(cfg, bad_request("request header rejected: " + ec.message()), 11);
-            co_return HeaderRead::problem_sent;
-          }
-          co_return HeaderRead::ok;
+          if (!ec && parser.is_header_done()) co_return HeaderRead::ok;
+          problem = bad_request("request header rejected: " + ec.message());
+          break;
         }
         case RawHeaderError::request_line_too_long:
-          co_await write_problem(cfg, Problem{414, "request_line_too_long", "Request line too long",
-                                               "the request line is longer than limits.request_line (" +
-                                                   std::to_string(limits.request_line) + " bytes)"},
-                                 11);
-          co_return HeaderRead::problem_sent;
+          problem = Problem{414, "request_line_too_long", "Request line too long",
+                            "the request line is longer than limits.request_line (" +
+                                std::to_string(limits.request_line) + " bytes)"};
+          break;
         case RawHeaderError::obs_fold:
-          co_await write_problem(cfg, bad_request("obsolete line folding (obs-fold) in a header is not accepted"), 11);
-          co_return HeaderRead::problem_sent;
+          problem = bad_request("obsolete line folding (obs-fold) in a header is not accepted");
+          break;
         case RawHeaderError::bare_lf:
-          co_await write_problem(cfg, bad_request("header lines must end with CRLF"), 11);
-          co_return HeaderRead::problem_sent;
+          problem = bad_request("header lines must end with CRLF");
+          break;
         case RawHeaderError::nul_byte:
-          co_await write_problem(cfg, bad_request("NUL byte in the request header"), 11);
-          co_return HeaderRead::problem_sent;
+          problem = bad_request("NUL byte in the request header");
+          break;
         case RawHeaderError::incomplete:
+          if (buffer_.size() > header_limit) {
+            problem = Problem{431, "header_too_large", "Request header fields too large",
+                              "the request header is larger than limits.header_bytes (" +
+                                  std::to_string(limits.header_bytes) + " bytes)"};
+          }
           break;
       }
-      if (buffer_.size() > header_limit) {
-        co_await write_problem(cfg, Problem{431, "header_too_large", "Request header fields too large",
-                                             "the request header is larger than limits.header_bytes (" +
-                                                 std::to_string(limits.header_bytes) + " bytes)"},
-                               11);
+      if (problem) {
+        co_await write_problem(cfg, *problem, 11);
         co_return HeaderRead::problem_sent;
       }
       if (waiting_first_byte) client_.expires_after(cfg.timeouts.idle);
@@ -133,48 +135,49 @@ private:
     if (got != HeaderRead::ok) co_return false;
     worker_.stats().requests.fetch_add(1, std::memory_order_relaxed);
     auto& req = parser.get();
-    unsigned const version = req.version();
-
-    if (version != 10 && version != 11) {
-      co_await write_problem(cfg, Problem{505, "http_version_not_supported", "HTTP version not supported",
-                                           "only HTTP/1.0 and HTTP/1.1 are spoken here"},
-                             11);
-      co_return false;
-    }
-    if (!acceptable_request_transfer_encoding(req)) {
-      co_await write_problem(cfg, bad_request("Transfer-Encoding must be exactly 'chunked'"), version);
+    unsigned const version = req.version() == 10 ? 10 : 11;
+    std::optional<Target> target;
+    std::optional<Problem> problem = check_request(req, target);
+    if (problem) {
+      co_await write_problem(cfg, *problem, version);
       co_return false;
     }
     if (req.method() == http::verb::connect) {
-      auto target = parse_authority_target(req.target());
-      if (!target) {
-        co_await write_problem(cfg, bad_request("CONNECT needs an authority-form target host:port"), version);
-        co_return false;
-      }
       co_await run_tunnel(client_, buffer_, *target, cfg, worker_);
-      co_return false;
-    }
-    auto target = parse_absolute_target(req.target());
-    if (!target) {
-      bool const origin_form = !req.target().empty() && req.target().front() == '/';
-      co_await write_problem(
-          cfg,
-          origin_form ? Problem{400, "not_a_proxy_request", "Not a proxy request",
-                                "origin-form target '" + std::string(req.target()) +
-                                    "' matches no gateway route; send absolute-form (http://host/path) "
-                                    "through HTTP_PROXY",
-                                std::nullopt, {}}
-                      : bad_request("request target is not an absolute http:// or https:// URL"),
-          version);
-      co_return false;
-    }
-    if (target->scheme != "http") {
-      co_await write_problem(cfg, bad_request("https:// targets arrive through CONNECT, not in absolute form"),
-                             version);
       co_return false;
     }
     ForwardResult r = co_await forward_request(client_, buffer_, parser, *target, cfg, worker_);
     co_return r.client_keep_alive && !worker_.draining();
+  }
+
+  // Everything about a request header that can be refused before any I/O.
+  static std::optional<Problem> check_request(const http::request<http::buffer_body>& req,
+                                              std::optional<Target>& target) {
+    if (req.version() != 10 && req.version() != 11) {
+      return Problem{505, "http_version_not_supported", "HTTP version not supported",
+                     "only HTTP/1.0 and HTTP/1.1 are spoken here"};
+    }
+    if (!acceptable_request_transfer_encoding(req)) {
+      return bad_request("Transfer-Encoding must be exactly 'chunked'");
+    }
+    if (req.method() == http::verb::connect) {
+      target = parse_authority_target(req.target());
+      if (!target) return bad_request("CONNECT needs an authority-form target host:port");
+      return std::nullopt;
+    }
+    target = parse_absolute_target(req.target());
+    if (!target) {
+      if (!req.target().empty() && req.target().front() == '/') {
+        return Problem{400, "not_a_proxy_request", "Not a proxy request",
+                       "origin-form target '" + std::string(req.target()) +
+                           "' matches no gateway route; send absolute-form (http://host/path) through HTTP_PROXY"};
+      }
+      return bad_request("request target is not an absolute http:// or https:// URL");
+    }
+    if (target->scheme != "http") {
+      return bad_request("https:// targets arrive through CONNECT, not in absolute form");
+    }
+    return std::nullopt;
   }
 
   asio::awaitable<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version) {

@@ -1,0 +1,107 @@
+"""Starts idemgate as a real process on port 0 for integration tests."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+BIN = os.environ.get("IDEMGATE_BIN", "idemgate")
+
+
+def wait_until(predicate, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.01)  # polling interval of a deadline-bounded wait
+
+
+class Proxy:
+    """`with Proxy(yaml_text) as p:` gives p.port, p.url(), p.log_lines()."""
+
+    def __init__(self, config_yaml, extra_args=()):
+        self.dir = tempfile.mkdtemp(prefix="idemgate-it-")
+        self.config_path = os.path.join(self.dir, "config.yaml")
+        with open(self.config_path, "w") as f:
+            f.write(config_yaml)
+        self.port_file = os.path.join(self.dir, "port")
+        self.stderr_path = os.path.join(self.dir, "stderr.log")
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--config", self.config_path, "--port-file", self.port_file] + self.extra_args,
+            stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=self.dir)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError("idemgate exited early:\n" + self.stderr())
+            return os.path.exists(self.port_file)
+
+        wait_until(ready, 30, "idemgate to listen")
+        with open(self.port_file) as f:
+            self.port = int(f.read().strip())
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if hasattr(self, "_stderr"):
+            self._stderr.close()
+        return self.proc.returncode if self.proc else None
+
+    def stderr(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def log_lines(self):
+        out = []
+        for line in self.stderr().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    def proxy_url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def rss_peak_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+
+BASE_CONFIG = """\
+listen: 127.0.0.1:0
+threads: 2
+ledger: { url: "sqlite:./ledger.db" }
+egress: { allow_hosts: ["*"], allow_loopback: true, allow_private: true }
+timeouts: { client_header: 5s, upstream_connect: 2s, upstream_response: 2s, idle: 10s, drain: 10s }
+"""

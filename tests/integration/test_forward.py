@@ -1,0 +1,278 @@
+"""The pass-through proxy with real clients (curl, python http.client and
+urllib) against a real recording upstream."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BASE_CONFIG, Proxy, wait_until  # noqa: E402
+from upstream import EchoServer, Upstream  # noqa: E402
+
+
+def raw_exchange(port, data, timeout=10):
+    """Sends raw bytes to the proxy and returns everything it answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                part = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not part:
+                break
+            chunks.append(part)
+        return b"".join(chunks)
+
+
+def parse_problem(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    headers = {}
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        headers[k.strip().lower().decode()] = v.strip().decode()
+    return status, headers, json.loads(body) if body else None
+
+
+class ForwardTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.upstream = Upstream().__enter__()
+        cls.proxy = Proxy(BASE_CONFIG).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.stop()
+        cls.upstream.__exit__(None, None, None)
+
+    def setUp(self):
+        self.seen_before = len(self.upstream.requests)
+
+    def new_requests(self):
+        return self.upstream.requests[self.seen_before:]
+
+    def curl(self, *args):
+        out = subprocess.run(["curl", "-sS", "-x", self.proxy.proxy_url(), *args],
+                             capture_output=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr.decode())
+        return out.stdout
+
+    def test_curl_get_and_post(self):
+        got = json.loads(self.curl(self.upstream.url("/echo?a=1")))
+        self.assertEqual(got["method"], "GET")
+        self.assertEqual(got["path"], "/echo?a=1")  # origin-form upstream
+        got = json.loads(self.curl("-d", "hello=world", self.upstream.url("/echo")))
+        self.assertEqual(got["method"], "POST")
+        self.assertEqual(got["body_len"], len("hello=world"))
+        rec = self.new_requests()[-1]
+        self.assertEqual(rec.body, b"hello=world")
+        self.assertEqual(rec.header("Host"), "127.0.0.1:%d" % self.upstream.port)
+        self.assertIn("idemgate", rec.header("Via"))
+
+    def test_python_urllib_through_proxy_handler(self):
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": self.proxy.proxy_url()}))
+        with opener.open(self.upstream.url("/echo"), data=b'{"x": 1}', timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            got = json.loads(r.read())
+        self.assertEqual(got["body_len"], 8)
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            opener.open(self.upstream.url("/status?code=404"), timeout=10)
+        self.assertEqual(cm.exception.code, 404)
+
+    def test_chunked_upload_and_download(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
+        parts = [b"a" * 1000, b"b" * 70000, b"c" * 5]
+        conn.request("POST", self.upstream.url("/sink"), body=iter(parts), encode_chunked=True)
+        r = conn.getresponse()
+        got = json.loads(r.read())
+        self.assertEqual(got["body_len"], 71005)
+        rec = self.new_requests()[-1]
+        self.assertEqual(rec.header("Transfer-Encoding"), "chunked")
+        conn.request("GET", self.upstream.url("/bytes?n=300000&chunked=1"))
+        r = conn.getresponse()
+        self.assertEqual(r.getheader("Transfer-Encoding"), "chunked")
+        self.assertEqual(len(r.read()), 300000)
+        conn.close()
+
+    def test_keep_alive_reuses_one_upstream_connection(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=10)
+        for i in range(10):
+            conn.request("GET", self.upstream.url("/echo?i=%d" % i))
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+        conn.close()
+        ids = {rec.conn_id for rec in self.new_requests()}
+        self.assertEqual(len(self.new_requests()), 10)
+        self.assertEqual(len(ids), 1, "upstream saw %d connections for 10 sequential requests" % len(ids))
+
+    def test_hop_by_hop_headers_never_reach_upstream(self):
+        req = ("GET %s HTTP/1.1\r\nHost: x\r\n"
+               "Proxy-Authorization: Basic cnVuLTQyOnNlY3JldA==\r\n"
+               "Connection: close, X-Hop-Secret\r\nX-Hop-Secret: s3cr3t\r\n"
+               "Keep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Connection: keep-alive\r\n"
+               "Upgrade: websocket\r\nIdemgate-Run: run-7\r\nX-Kept: yes\r\n\r\n") % self.upstream.url("/echo")
+        raw = raw_exchange(self.proxy.port, req.encode())
+        self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:200])
+        rec = self.new_requests()[-1]
+        for name in ("Proxy-Authorization", "X-Hop-Secret", "Keep-Alive", "TE", "Proxy-Connection",
+                     "Upgrade", "Idemgate-Run"):
+            self.assertFalse(rec.has_header(name), name + " reached the upstream")
+        self.assertEqual(rec.header("X-Kept"), "yes")
+        self.assertNotIn(b"s3cr3t", raw)
+
+    def test_connection_refused_is_502_problem(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+        s.close()
+        raw = raw_exchange(self.proxy.port,
+                           b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % closed_port)
+        status, headers, problem = parse_problem(raw)
+        self.assertEqual(status, 502)
+        self.assertEqual(headers["content-type"], "application/problem+json")
+        self.assertEqual(problem["reason_code"], "upstream_connect_failed")
+        self.assertEqual(problem["status"], 502)
+
+    def test_malformed_request_line_is_400(self):
+        raw = raw_exchange(self.proxy.port, b"THIS IS NOT HTTP\r\n\r\n")
+        status, headers, problem = parse_problem(raw)
+        self.assertEqual(status, 400)
+        self.assertEqual(problem["reason_code"], "malformed_request")
+        raw = raw_exchange(self.proxy.port, b"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, problem = parse_problem(raw)
+        self.assertEqual(status, 400)
+        self.assertEqual(problem["reason_code"], "not_a_proxy_request")
+        self.assertEqual(self.new_requests(), [])
+
+    def test_smuggling_attempts_are_400_and_never_forwarded(self):
+        url = self.upstream.url("/echo").encode()
+        attempts = {
+            "cl+te": b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "te+cl": b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     b"Content-Length: 5\r\n\r\n0\r\n\r\n",
+            "two content-lengths": b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                                   b"Content-Length: 6\r\n\r\nhello!",
+            "obs-fold": b"GET " + url + b" HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n",
+            "te gzip": b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "te not chunked + cl": b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n"
+                                   b"Content-Length: 5\r\n\r\nhello",
+            "bare lf": b"GET " + url + b" HTTP/1.1\nHost: x\n\n",
+        }
+        for name, data in attempts.items():
+            with self.subTest(name):
+                raw = raw_exchange(self.proxy.port, data)
+                status, headers, problem = parse_problem(raw)
+                self.assertEqual(status, 400, raw)
+                self.assertEqual(headers["content-type"], "application/problem+json")
+        self.assertEqual(self.new_requests(), [], "a smuggling attempt reached the upstream")
+
+    def test_header_limits(self):
+        big = b"GET " + self.upstream.url("/echo").encode() + b" HTTP/1.1\r\nHost: x\r\nX-Big: " + \
+              b"a" * (70 * 1024) + b"\r\n\r\n"
+        status, _, problem = parse_problem(raw_exchange(self.proxy.port, big))
+        self.assertEqual(status, 431)
+        self.assertEqual(problem["reason_code"], "header_too_large")
+        long_line = b"GET " + self.upstream.url("/echo?q=" + "a" * 9000).encode() + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+        status, _, problem = parse_problem(raw_exchange(self.proxy.port, long_line))
+        self.assertEqual(status, 414)
+        self.assertEqual(self.new_requests(), [])
+
+    def test_expect_100_continue_with_curl(self):
+        body = os.path.join(self.proxy.dir, "body.bin")
+        with open(body, "wb") as f:
+            f.write(b"z" * (2 * 1024 * 1024))
+        got = json.loads(self.curl("-H", "Expect: 100-continue", "--data-binary", "@" + body,
+                                   self.upstream.url("/sink")))
+        self.assertEqual(got["body_len"], 2 * 1024 * 1024)
+        self.assertFalse(self.new_requests()[-1].has_header("Expect"))
+
+    def test_head_request(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=10)
+        conn.request("HEAD", self.upstream.url("/echo"))
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.read(), b"")
+        conn.request("GET", self.upstream.url("/echo"))  # the connection is still in sync
+        self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
+
+    def test_connect_tunnel_carries_bytes(self):
+        with EchoServer() as echo:
+            with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10) as s:
+                s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (echo.port, echo.port))
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += s.recv(1)
+                self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+                payload = os.urandom(200000)
+                threading.Thread(target=s.sendall, args=(payload,), daemon=True).start()
+                got = b""
+                while len(got) < len(payload):
+                    part = s.recv(65536)
+                    self.assertTrue(part, "tunnel closed early")
+                    got += part
+                self.assertEqual(got, payload)
+
+
+class DeadlineTest(unittest.TestCase):
+    def test_slow_upstream_is_504_problem(self):
+        cfg = BASE_CONFIG.replace("upstream_response: 2s", "upstream_response: 300ms")
+        with Upstream() as up, Proxy(cfg) as proxy:
+            raw = raw_exchange(proxy.port, b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % up.url("/slow?ms=3000").encode())
+            status, headers, problem = parse_problem(raw)
+            self.assertEqual(status, 504)
+            self.assertEqual(headers["content-type"], "application/problem+json")
+            self.assertEqual(problem["reason_code"], "upstream_timeout")
+
+    def test_request_log_line(self):
+        with Upstream() as up, Proxy(BASE_CONFIG) as proxy:
+            raw_exchange(proxy.port, b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+                         % up.url("/echo").encode())
+            line = wait_until(lambda: [l for l in proxy.log_lines() if l.get("event") == "request"],
+                              what="a request log line")[0]
+            self.assertEqual(line["method"], "POST")
+            self.assertEqual(line["host"], "127.0.0.1")
+            self.assertEqual(line["status"], 200)
+            self.assertEqual(line["bytes_in"], 3)
+            self.assertGreater(line["bytes_out"], 0)
+            self.assertIn("duration_ms", line)
+
+
+class DrainTest(unittest.TestCase):
+    def test_sigterm_lets_in_flight_request_finish(self):
+        with Upstream() as up:
+            proxy = Proxy(BASE_CONFIG).start()
+            result = {}
+
+            def slow_call():
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=20)
+                conn.request("GET", up.url("/slow?ms=800"))
+                r = conn.getresponse()
+                result["status"] = r.status
+                result["body"] = r.read()
+
+            t = threading.Thread(target=slow_call)
+            t.start()
+            up.wait_slow_started()
+            proxy.proc.send_signal(signal.SIGTERM)
+            t.join(20)
+            self.assertEqual(result.get("status"), 200)
+            self.assertEqual(proxy.proc.wait(20), 0)
+            proxy.stop()
+            events = [l["event"] for l in proxy.log_lines()]
+            self.assertIn("draining", events)
+            self.assertIn("stopped", events)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,242 @@
+"""A small real HTTP/1.1 upstream for integration tests.
+
+It records every request it received (method, path, headers, body size and
+digest, which TCP connection carried it) and every effect it applied, so a
+test can count duplicates. Behaviour is chosen per path:
+
+  /echo            200 JSON describing the request
+  /sink            reads the body (any framing), answers its length and sha256
+  /bytes?n=N[&chunked=1]  streams N bytes (Content-Length, or chunked)
+  /slow?ms=N       waits N ms, then 200
+  /status?code=C   answers status C (with optional &retry_after=S)
+  /close           reads the request, closes without answering
+
+Runs in a thread of the test process; tests wait on conditions, never sleep.
+"""
+import hashlib
+import json
+import socket
+import socketserver
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler
+
+
+class Recorded:
+    def __init__(self, method, path, headers, body_len, body_sha, body, conn_id):
+        self.method = method
+        self.path = path
+        self.headers = headers  # list of (name, value) as received
+        self.body_len = body_len
+        self.body_sha = body_sha
+        self.body = body  # first 64 KiB
+        self.conn_id = conn_id
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def has_header(self, name):
+        return any(k.lower() == name.lower() for k, _ in self.headers)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.conn_id = self.server.owner._next_conn_id()
+
+    def log_message(self, *args):
+        pass
+
+    def _read_body(self):
+        te = self.headers.get("Transfer-Encoding")
+        h = hashlib.sha256()
+        total = 0
+        keep = bytearray()
+        if te and te.lower() == "chunked":
+            while True:
+                line = self.rfile.readline(65537)
+                size = int(line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                left = size
+                while left:
+                    part = self.rfile.read(min(left, 1 << 16))
+                    if not part:
+                        raise ConnectionError("short chunk")
+                    h.update(part)
+                    if len(keep) < 65536:
+                        keep += part[: 65536 - len(keep)]
+                    left -= len(part)
+                    total += len(part)
+                self.rfile.readline(3)
+        else:
+            left = int(self.headers.get("Content-Length") or 0)
+            while left:
+                part = self.rfile.read(min(left, 1 << 16))
+                if not part:
+                    raise ConnectionError("short body")
+                h.update(part)
+                if len(keep) < 65536:
+                    keep += part[: 65536 - len(keep)]
+                left -= len(part)
+                total += len(part)
+        return total, h.hexdigest(), bytes(keep)
+
+    def _handle(self):
+        body_len, body_sha, body = self._read_body()
+        url = urllib.parse.urlsplit(self.path)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len, body_sha, body, self.conn_id)
+        self.server.owner._record(rec)
+        route = url.path
+        if route == "/close":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if route == "/slow":
+            self.server.owner._slow_started.set()
+            time.sleep(int(query.get("ms", "1000")) / 1000.0)  # the upstream itself is slow
+        if route == "/bytes":
+            n = int(query.get("n", "0"))
+            chunked = query.get("chunked") == "1"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(n))
+            self.end_headers()
+            block = b"x" * 65536
+            left = n
+            while left:
+                part = block[: min(left, len(block))]
+                if chunked:
+                    self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
+                else:
+                    self.wfile.write(part)
+                left -= len(part)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            return
+        status = 200
+        extra = []
+        if route == "/status":
+            status = int(query.get("code", "200"))
+            if "retry_after" in query:
+                extra.append(("Retry-After", query["retry_after"]))
+        payload = json.dumps({
+            "method": self.command,
+            "path": self.path,
+            "headers": [[k, v] for k, v in self.headers.items()],
+            "body_len": body_len,
+            "body_sha256": body_sha,
+            "conn_id": self.conn_id,
+        }).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Upstream:
+    """Start with `with Upstream() as up:`; up.port, up.requests."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.requests = []
+        self._conn_ids = 0
+        self._slow_started = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.owner = self
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def _next_conn_id(self):
+        with self._lock:
+            self._conn_ids += 1
+            return self._conn_ids
+
+    def _record(self, rec):
+        with self._cond:
+            self.requests.append(rec)
+            self._cond.notify_all()
+
+    def wait_for_requests(self, n, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self.requests) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("upstream saw %d requests, expected %d" % (len(self.requests), n))
+                self._cond.wait(left)
+            return list(self.requests)
+
+    def wait_slow_started(self, timeout=10.0):
+        if not self._slow_started.wait(timeout):
+            raise AssertionError("the slow request never reached the upstream")
+
+
+class EchoServer:
+    """A TCP echo server (for CONNECT tunnels)."""
+
+    def __init__(self):
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.port = self._sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._sock.close()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn):
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                conn.sendall(data)

@@ -1,0 +1,117 @@
+// Sans-I/O checks of the proxy's HTTP/1.1 rules.
+#include "proxy/http_rules.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace idemgate::proxy;
+namespace http = boost::beast::http;
+
+TEST_CASE("raw header: a complete, clean header is accepted with its size") {
+  std::string const h = "GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\nBODY";
+  auto r = check_raw_header(h, 8192);
+  CHECK(r.error == RawHeaderError::none);
+  CHECK(r.header_size == h.size() - 4);
+}
+
+TEST_CASE("raw header: incomplete until CRLFCRLF") {
+  CHECK(check_raw_header("GET http://a/ HTTP/1.1\r\nHost: a\r\n", 8192).error == RawHeaderError::incomplete);
+}
+
+TEST_CASE("raw header: obs-fold, bare LF and NUL are refused") {
+  CHECK(check_raw_header("GET http://a/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n", 8192).error == RawHeaderError::obs_fold);
+  CHECK(check_raw_header("GET http://a/ HTTP/1.1\r\nX: a\r\n\tb\r\n\r\n", 8192).error == RawHeaderError::obs_fold);
+  CHECK(check_raw_header("GET http://a/ HTTP/1.1\nHost: a\r\n\r\n", 8192).error == RawHeaderError::bare_lf);
+  CHECK(check_raw_header(std::string("GET http://a/ HTTP/1.1\r\nX: \0\r\n\r\n", 30), 8192).error ==
+        RawHeaderError::nul_byte);
+}
+
+TEST_CASE("raw header: request line limit, even before the header is complete") {
+  std::string line = "GET http://a/" + std::string(100, 'x') + " HTTP/1.1";
+  CHECK(check_raw_header(line, 50).error == RawHeaderError::request_line_too_long);
+  CHECK(check_raw_header(line + "\r\n\r\n", 200).error == RawHeaderError::none);
+}
+
+TEST_CASE("raw header: leading empty lines are tolerated") {
+  auto r = check_raw_header("\r\n\r\nGET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 8192);
+  CHECK(r.error == RawHeaderError::none);
+}
+
+TEST_CASE("absolute-form targets") {
+  auto t = parse_absolute_target("http://Example.COM:8080/a/b?x=1&y=2");
+  REQUIRE(t);
+  CHECK(t->host == "example.com");
+  CHECK(t->port == 8080);
+  CHECK(t->origin_form == "/a/b?x=1&y=2");
+  CHECK(t->authority() == "example.com:8080");
+  auto d = parse_absolute_target("http://example.com");
+  REQUIRE(d);
+  CHECK(d->port == 80);
+  CHECK(d->origin_form == "/");
+  CHECK(d->authority() == "example.com");
+  auto v6 = parse_absolute_target("http://[::1]:9/x");
+  REQUIRE(v6);
+  CHECK(v6->host == "::1");
+  CHECK(v6->host_is_ip);
+  CHECK(v6->authority() == "[::1]:9");
+  CHECK_FALSE(parse_absolute_target("/relative"));
+  CHECK_FALSE(parse_absolute_target("ftp://a/"));
+  CHECK_FALSE(parse_absolute_target("http://user:pw@a/"));
+  CHECK_FALSE(parse_absolute_target("http://a:99999/"));
+}
+
+TEST_CASE("authority-form CONNECT targets") {
+  auto t = parse_authority_target("api.stripe.com:443");
+  REQUIRE(t);
+  CHECK(t->host == "api.stripe.com");
+  CHECK(t->port == 443);
+  CHECK_FALSE(t->host_is_ip);
+  auto ip = parse_authority_target("127.0.0.1:8443");
+  REQUIRE(ip);
+  CHECK(ip->host_is_ip);
+  auto v6 = parse_authority_target("[::1]:443");
+  REQUIRE(v6);
+  CHECK(v6->host == "::1");
+  CHECK_FALSE(parse_authority_target("api.stripe.com"));
+  CHECK_FALSE(parse_authority_target("a b:443"));
+  CHECK_FALSE(parse_authority_target(":443"));
+}
+
+TEST_CASE("request Transfer-Encoding must be exactly chunked") {
+  http::fields f;
+  CHECK(acceptable_request_transfer_encoding(f));
+  f.set(http::field::transfer_encoding, "chunked");
+  CHECK(acceptable_request_transfer_encoding(f));
+  f.set(http::field::transfer_encoding, "gzip, chunked");
+  CHECK_FALSE(acceptable_request_transfer_encoding(f));
+  f.set(http::field::transfer_encoding, "identity");
+  CHECK_FALSE(acceptable_request_transfer_encoding(f));
+}
+
+TEST_CASE("hop-by-hop headers and the headers Connection names are removed") {
+  http::fields f;
+  f.set(http::field::connection, "keep-alive, X-Private");
+  f.set("X-Private", "secret");
+  f.set(http::field::proxy_authorization, "Basic abc");
+  f.set(http::field::keep_alive, "timeout=5");
+  f.set(http::field::te, "trailers");
+  f.set(http::field::upgrade, "websocket");
+  f.set("Idemgate-Run", "run-1");
+  f.set("X-Kept", "1");
+  strip_hop_by_hop(f, true);
+  CHECK(f.count("X-Private") == 0);
+  CHECK(f.count(http::field::proxy_authorization) == 0);
+  CHECK(f.count(http::field::keep_alive) == 0);
+  CHECK(f.count(http::field::te) == 0);
+  CHECK(f.count(http::field::upgrade) == 0);
+  CHECK(f.count(http::field::connection) == 0);
+  CHECK(f.count("Idemgate-Run") == 0);
+  CHECK(f["X-Kept"] == "1");
+}
+
+TEST_CASE("Via gets this hop appended") {
+  http::fields f;
+  add_via(f, 11);
+  CHECK(f[http::field::via] == "1.1 idemgate");
+  add_via(f, 10);
+  CHECK(f[http::field::via] == "1.1 idemgate, 1.0 idemgate");
+}
