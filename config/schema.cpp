@@ -12,6 +12,7 @@ const Fields<MatchSpec>& match_fields() {
       field("host", &MatchSpec::host),     field("port", &MatchSpec::port),
       field("method", &MatchSpec::method), field("path", &MatchSpec::path),
       field("mcp_tool", &MatchSpec::mcp_tool),
+      field("query", &MatchSpec::query),
   };
   return fields;
 }

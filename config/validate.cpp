@@ -3,6 +3,7 @@
 // effect. Every problem is reported at the line of the key that causes it.
 #include "config/validate.hpp"
 
+#include "policy/egress.hpp"
 #include "policy/enum_names.hpp"
 #include "policy/pattern.hpp"
 
@@ -34,7 +35,12 @@ class Checker {
     check_pattern("runs.header", config_.runs.header, header_name_error);
     check_ledger();
     check_tls();
-    for (std::size_t i = 0; i < config_.routes.size(); ++i) check_route(i);
+    std::map<std::string, std::size_t> route_by_prefix;
+    for (std::size_t i = 0; i < config_.routes.size(); ++i) {
+      check_route(i);
+      if (!route_by_prefix.emplace(config_.routes[i].prefix, i).second)
+        report("routes[" + std::to_string(i) + "].prefix", "duplicate route prefix '" + config_.routes[i].prefix + "'");
+    }
     std::map<std::string, std::size_t> first_by_name;
     for (std::size_t i = 0; i < config_.tools.size(); ++i) {
       const auto& tool = config_.tools[i];
@@ -122,6 +128,12 @@ class Checker {
     if (match.host.empty()) report(path + ".match", "tool '" + tool.name + "' needs match.host");
     else check_pattern(path + ".match.host", match.host, policy::host_glob_error);
     if (!match.path.empty()) check_pattern(path + ".match.path", match.path, policy::path_pattern_error);
+    for (const auto& condition : match.query)
+      if (condition.empty() || condition.front() == '=' || condition.find('&') != std::string::npos)
+        report(path + ".match.query", "bad query condition '" + condition + "': write name or name=value");
+    if (!match.host.empty() && match.host.front() != '*' && !policy::check_host(config_.egress.allow_hosts, match.host).allowed)
+      report(path + ".match.host", "tool '" + tool.name + "' host '" + match.host +
+                                       "' is not in egress.allow_hosts, so the tool could never be called");
     if (!std::all_of(match.method.begin(), match.method.end(), [](unsigned char c) { return std::isupper(c); }))
       report(path + ".match.method", "bad method '" + match.method + "': write one method such as POST, or leave it out for any");
 

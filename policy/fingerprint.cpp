@@ -3,6 +3,7 @@
 
 #include "policy/json_pointer.hpp"
 #include "policy/pattern.hpp"
+#include "policy/percent.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -92,30 +93,6 @@ void append_canonical(std::string& out, const boost::json::value& value) {
       break;
     }
   }
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// '+' is a space; a malformed %-escape is kept as written.
-std::string form_decode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '+') {
-      out += ' ';
-    } else if (text[i] == '%' && i + 2 < text.size() && hex_value(text[i + 1]) >= 0 && hex_value(text[i + 2]) >= 0) {
-      out += static_cast<char>(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
 }
 
 // "metadata[order]" -> {"metadata", "order"}; "a[]" -> {"a", ""}; a key with

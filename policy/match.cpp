@@ -2,11 +2,14 @@
 // lookup order (exact host, then globs longest suffix first, then "*").
 #include "policy/match.hpp"
 
+#include "policy/percent.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 namespace idemgate::policy {
 namespace {
@@ -37,11 +40,29 @@ bool paths_overlap(std::string_view a, std::string_view b) {
   return true;
 }
 
+std::pair<std::string_view, std::optional<std::string_view>> split_condition(std::string_view condition) {
+  const auto equals = condition.find('=');
+  if (equals == std::string_view::npos) return {condition, std::nullopt};
+  return {condition.substr(0, equals), condition.substr(equals + 1)};
+}
+
+// Two sets of query conditions can hold at once unless one parameter must
+// have two different values.
+bool queries_overlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (const auto& x : a)
+    for (const auto& y : b) {
+      const auto [x_name, x_value] = split_condition(x);
+      const auto [y_name, y_value] = split_condition(y);
+      if (x_name == y_name && x_value && y_value && *x_value != *y_value) return false;
+    }
+  return true;
+}
+
 // Given two specs of the same specificity, each other dimension is either
 // given in both (then only equal values overlap) or absent in both (equal).
 bool can_match_same_request(const MatchSpec& a, const MatchSpec& b) {
-  return a.host == b.host && paths_overlap(a.path, b.path) && a.method == b.method &&
-         a.mcp_tool == b.mcp_tool && a.port == b.port;
+  return a.host == b.host && paths_overlap(a.path, b.path) && queries_overlap(a.query, b.query) &&
+         a.method == b.method && a.mcp_tool == b.mcp_tool && a.port == b.port;
 }
 
 }  // namespace
@@ -65,6 +86,22 @@ bool path_matches(std::string_view pattern, std::string_view path) noexcept {
   return p == pattern.size() && q == path.size();
 }
 
+bool query_matches(std::string_view condition, std::string_view query) noexcept {
+  const auto [name, value] = split_condition(condition);
+  std::size_t begin = 0;
+  while (begin <= query.size()) {
+    auto end = query.find('&', begin);
+    if (end == std::string_view::npos) end = query.size();
+    const auto pair = query.substr(begin, end - begin);
+    const auto equals = pair.find('=');
+    const auto raw_name = pair.substr(0, equals);
+    const auto raw_value = equals == std::string_view::npos ? std::string_view{} : pair.substr(equals + 1);
+    if (!pair.empty() && form_decoded_equals(raw_name, name) && (!value || form_decoded_equals(raw_value, *value))) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 ToolTable::Specificity ToolTable::specificity(const MatchSpec& spec) {
   Specificity s;
   if (spec.host.starts_with("*.")) {
@@ -84,6 +121,7 @@ ToolTable::Specificity ToolTable::specificity(const MatchSpec& spec) {
   } else if (!spec.path.empty()) {
     s.path_rank = 3;
   }
+  s.query = static_cast<int>(spec.query.size());
   s.method = spec.method.empty() ? 0 : 1;
   s.mcp = spec.mcp_tool.empty() ? 0 : 1;
   s.port = spec.port == 0 ? 0 : 1;
@@ -128,7 +166,9 @@ bool ToolTable::matches_rest(const Tool& tool, const MatchRequest& request) cons
   const auto& spec = tool.match;
   return (spec.method.empty() || spec.method == request.method) &&
          (spec.mcp_tool.empty() || spec.mcp_tool == request.mcp_tool) &&
-         (spec.port == 0 || spec.port == request.port);
+         (spec.port == 0 || spec.port == request.port) &&
+         std::all_of(spec.query.begin(), spec.query.end(),
+                     [&](const std::string& condition) { return query_matches(condition, request.query); });
 }
 
 const Tool* ToolTable::match_bucket(const HostBucket& bucket, const MatchRequest& request) const noexcept {

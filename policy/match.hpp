@@ -7,9 +7,10 @@
 //   1. host:   exact name  >  "*.suffix" glob (more labels first)  >  "*"
 //   2. path:   exact  >  {param} segments (more literal segments first)
 //              >  "prefix*" (longer prefix first)  >  no path (any)
-//   3. method: a method given  >  any method
-//   4. mcp:    an MCP tool name given  >  not an MCP tool
-//   5. port:   a port given  >  any port
+//   3. query:  more query conditions  >  fewer  >  none
+//   4. method: a method given  >  any method
+//   5. mcp:    an MCP tool name given  >  not an MCP tool
+//   6. port:   a port given  >  any port
 // Two tools that are equally specific on every dimension and can match the
 // same request are a tie: compile() reports it and the config is refused.
 #pragma once
@@ -34,7 +35,7 @@ struct MatchRequest {
   std::string_view host;      // any case, optional trailing dot
   std::uint16_t port = 0;     // 0: unknown
   std::string_view path;      // without the query
-  std::string_view query;     // not used for matching today; fingerprinting reads it
+  std::string_view query;     // raw, without the '?', e.g. a=1&b=x%20y
   std::string_view mcp_tool;  // params.name of a JSON-RPC tools/call body; empty if none
 };
 
@@ -69,6 +70,7 @@ class ToolTable {
   struct Specificity {
     int host_rank = 0, host_detail = 0;
     int path_rank = 0, path_detail = 0;
+    int query = 0;
     int method = 0, mcp = 0, port = 0;
     auto operator<=>(const Specificity&) const = default;
   };
@@ -100,5 +102,9 @@ class ToolTable {
 
 // Does `path` match the pattern (exact, "prefix*" or {param} segments)?
 bool path_matches(std::string_view pattern, std::string_view path) noexcept;
+
+// Does the raw query hold the condition ("name" or "name=value")? Compares
+// percent-decoded ('+' as space) without allocating.
+bool query_matches(std::string_view condition, std::string_view query) noexcept;
 
 }  // namespace idemgate::policy

@@ -56,6 +56,9 @@ struct MatchSpec {
   std::string method;     // empty: any; uppercase
   std::string path;       // exact, "prefix*", or "/v1/{param}/x"
   std::string mcp_tool;   // JSON-RPC tools/call params.name; empty: not MCP
+  // Query conditions, all of which must hold: "name" (present) or
+  // "name=value" (equal after percent-decoding). Empty: any query.
+  std::vector<std::string> query;
 };
 
 struct IdempotencySpec {

@@ -11,7 +11,7 @@ Tool make_tool(std::string name, std::string host, std::string method, std::stri
                std::string mcp = "", std::uint16_t port = 0) {
   Tool tool;
   tool.name = std::move(name);
-  tool.match = {std::move(host), port, std::move(method), std::move(path), std::move(mcp)};
+  tool.match = {std::move(host), port, std::move(method), std::move(path), std::move(mcp), {}};
   return tool;
 }
 
@@ -121,4 +121,38 @@ TEST_CASE("mcp_tool_name reads params.name of a tools/call request only") {
   CHECK_FALSE(mcp_tool_name(R"([{"method":"tools/call","params":{"name":"x"}}])"));
   CHECK_FALSE(mcp_tool_name("{not json"));
   CHECK_FALSE(mcp_tool_name(""));
+}
+
+TEST_CASE("query conditions: decoded comparison, more conditions win, conflicting values never tie") {
+  auto with_query = [](std::string name, std::vector<std::string> query) {
+    auto tool = make_tool(std::move(name), "api.example.com", "GET", "/v1/items");
+    tool.match.query = std::move(query);
+    return tool;
+  };
+  const auto table = compile_without_ties({
+      with_query("plain", {}),
+      with_query("expanded", {"expand"}),
+      with_query("expanded_customer", {"expand", "type=customer card"}),
+      with_query("other_type", {"type=invoice", "limit"}),
+  });
+  auto at = [](std::string_view query) {
+    auto r = request("GET", "api.example.com", "/v1/items");
+    r.query = query;
+    return r;
+  };
+  CHECK(matched(*table, at("")) == "plain");
+  CHECK(matched(*table, at("expand=1")) == "expanded");
+  CHECK(matched(*table, at("type=customer+card&expand")) == "expanded_customer");
+  CHECK(matched(*table, at("expand&type=customer%20card")) == "expanded_customer");
+  CHECK(matched(*table, at("type=invoice&limit=5")) == "other_type");
+  CHECK(matched(*table, at("type=invoice")) == "plain");
+  CHECK(matched(*table, at("type=invoiceX")) == "plain");
+
+  CHECK(query_matches("a=x y", "b=1&a=x+y"));
+  CHECK(query_matches("a", "a"));
+  CHECK_FALSE(query_matches("a=1", "a"));
+  CHECK_FALSE(query_matches("a", "ab=1"));
+
+  const auto tie = ToolTable::compile({with_query("a", {"x=1"}), with_query("b", {"y=2"})});
+  CHECK(tie.ties.size() == 1);  // ?x=1&y=2 matches both
 }
