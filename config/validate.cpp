@@ -6,6 +6,7 @@
 #include "policy/egress.hpp"
 #include "policy/enum_names.hpp"
 #include "policy/pattern.hpp"
+#include "policy/reconcile.hpp"
 
 #include <boost/url/parse.hpp>
 
@@ -99,25 +100,19 @@ class Checker {
 
   // {key}, {receipt} and {/json/pointer} placeholders, then an http(s) URL.
   void check_url_template(const std::string& path, const std::string& text) {
+    if (const auto problem = policy::url_template_error(text)) {
+      report(path, *problem);
+      return;
+    }
+    // Every placeholder as "x" (there is no body to read at load time).
     std::string filled;
     for (std::size_t i = 0; i < text.size(); ++i) {
       if (text[i] != '{') {
         filled += text[i];
         continue;
       }
-      const auto close = text.find('}', i);
-      if (close == std::string::npos) {
-        report(path, "unclosed '{' in '" + text + "'");
-        return;
-      }
-      const auto name = text.substr(i + 1, close - i - 1);
-      if (name != "key" && name != "receipt") {
-        if (name.empty() || name.front() != '/')
-          report(path, "unknown placeholder {" + name + "}; use {key}, {receipt} or {/json/pointer}");
-        else check_pattern(path, name, policy::json_pointer_error);
-      }
+      i = text.find('}', i);
       filled += "x";
-      i = close;
     }
     check_http_url(path, filled);
   }
@@ -171,7 +166,9 @@ class Checker {
       if (query.url.empty())
         report(path + ".reconcile.mode", "reconcile mode query needs reconcile.query.url");
       else check_url_template(path + ".reconcile.query.url", query.url);
-      check_pattern(path + ".reconcile.query.found", query.found, policy::json_pointer_error);
+      if (query.found.empty())
+        report(path + ".reconcile.mode", "reconcile mode query needs reconcile.query.found (a JSON pointer that exists when the write happened)");
+      else check_pattern(path + ".reconcile.query.found", query.found, policy::json_pointer_error);
     } else {
       for (const char* key : {".reconcile.query", ".reconcile.settle"})
         if (positions_.written(path + key))
