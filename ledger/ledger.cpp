@@ -120,6 +120,11 @@ Ledger::~Ledger() {
   for (auto& worker : workers_) worker.join();
 }
 
+std::size_t Ledger::queued() {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
 bool Ledger::enqueue(std::unique_ptr<Job> job) {
   error_code why;
   {

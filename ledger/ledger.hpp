@@ -97,6 +97,8 @@ class Ledger {
   Awaitable<int> recover_stale(Millis lease);
 
   const LedgerStats& stats() const noexcept { return stats_; }
+  // Calls waiting for a worker now (a gauge for /metrics).
+  std::size_t queued();
   const LedgerOptions& options() const noexcept { return options_; }
 
   // A queued unit of work; public only for the implementation's job types.

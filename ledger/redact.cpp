@@ -131,8 +131,14 @@ std::string redact_request(const RequestSnapshot& request, const config::Redact&
   snapshot["method"] = request.method;
   snapshot["target"] = request.target;
   snapshot["headers"] = std::move(headers);
-  snapshot["body"] =
-      redact_body(request.body, header_value(request.headers, "Content-Type"), rules);
+  auto body = redact_body(request.body, header_value(request.headers, "Content-Type"), rules);
+  // A JSON body stays JSON, so an escalation package can quote its fields.
+  boost::system::error_code ec;
+  auto parsed = boost::json::parse(body, ec);
+  if (ec)
+    snapshot["body"] = body;
+  else
+    snapshot["body"] = std::move(parsed);
   return boost::json::serialize(snapshot);
 }
 

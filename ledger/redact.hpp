@@ -32,7 +32,7 @@ std::string redact_body(std::string_view body, std::string_view content_type,
                         const config::Redact& rules);
 
 // The snapshot as JSON text ({"method","target","headers":[[n,v]...],"body"}),
-// redacted.
+// redacted; a JSON body is embedded as JSON, any other as a string.
 std::string redact_request(const RequestSnapshot& request, const config::Redact& rules);
 
 // Headers and body redacted, body cut at `cap` bytes (truncated set).

@@ -26,8 +26,9 @@ Statement::Statement(sqlite3* db, std::string_view sql) : db_(db) {
 Statement::~Statement() { sqlite3_finalize(stmt_); }
 
 Statement& Statement::bind(int index, std::string_view text) {
+  // An empty view may have no data(); SQLite would bind that as NULL.
   check(db_,
-        sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()),
+        sqlite3_bind_text(stmt_, index, text.data() ? text.data() : "", static_cast<int>(text.size()),
                           SQLITE_TRANSIENT),
         "bind");
   return *this;
@@ -44,7 +45,8 @@ Statement& Statement::bind(int index, std::optional<std::int64_t> value) {
 
 Statement& Statement::bind_blob(int index, std::string_view bytes) {
   check(db_,
-        sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT),
+        sqlite3_bind_blob64(stmt_, index, bytes.data() ? bytes.data() : "", bytes.size(),
+                            SQLITE_TRANSIENT),
         "bind");
   return *this;
 }

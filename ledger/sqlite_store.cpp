@@ -106,7 +106,7 @@ Result<int> SqliteStore::migrate() {
   return transact(Lock::write, [&] {
     sqlite::exec(db_,
                  "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
-                 "name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
+                 "name TEXT NOT NULL, applied_at INTEGER NOT NULL DEFAULT 0)");
     Statement current(db_, "SELECT coalesce(max(version), 0) FROM schema_version");
     current.step();
     int version = static_cast<int>(current.int64(0));

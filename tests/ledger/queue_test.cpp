@@ -1,0 +1,190 @@
+// The Ledger facade without a database: a full queue answers busy at once
+// (while the worker is still stuck), and reservations waiting together are
+// committed in one Store call (group commit).
+#include "backend.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
+#include <condition_variable>
+#include <mutex>
+
+using namespace idemgate::ledger;
+using namespace idemgate::ledger::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const auto deadline = 20s;
+
+// Holds every call until released, so the test decides when the worker moves.
+class GatedStore final : public Store {
+ public:
+  void release() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  bool wait_entered(int n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, deadline, [&] { return entered_ >= n; });
+  }
+  std::vector<std::size_t> batches() {
+    std::lock_guard lock(mutex_);
+    return batches_;
+  }
+
+  std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest> r) override {
+    enter();
+    std::lock_guard lock(mutex_);
+    batches_.push_back(r.size());
+    std::vector<Result<Reservation>> out;
+    for (const auto& request : r) {
+      Reservation reservation;
+      reservation.intent.key = request.key;
+      out.push_back(reservation);
+    }
+    return out;
+  }
+  Result<Intent> find_intent(std::int64_t) override {
+    enter();
+    return boost::system::error_code(errc::not_found);
+  }
+
+  Result<int> migrate() override { return 0; }
+  Result<AttemptStart> begin_attempt(std::int64_t, const std::string&, int) override { return none(); }
+  Result<Intent> record_outcome(const Outcome&) override { return none(); }
+  Result<Intent> find_intent_by_key(const std::string&) override { return none(); }
+  Result<std::vector<Intent>> list_intents_by_run(const std::string&, int) override { return none(); }
+  Result<RunCharge> count_call(const std::string&, std::int64_t, CallKind) override { return none(); }
+  Result<Run> find_run(const std::string&) override { return none(); }
+  Result<Run> set_run_state(const std::string&, RunState, const std::string&) override { return none(); }
+  Result<std::int64_t> persist_escalation(const EscalationRequest&) override { return none(); }
+  Result<Escalation> find_escalation(std::int64_t) override { return none(); }
+  Result<std::vector<Escalation>> list_escalations(std::optional<EscalationState>, int) override {
+    return none();
+  }
+  Result<Escalation> resolve_escalation(const ResolveRequest&) override { return none(); }
+  Result<void> record_refusal(std::int64_t, const std::string&) override { return none(); }
+  Result<int> recover_replica(const std::string&) override { return none(); }
+  Result<int> recover_stale(Millis) override { return none(); }
+
+ private:
+  static boost::system::error_code none() { return errc::not_found; }
+  void enter() {
+    std::unique_lock lock(mutex_);
+    ++entered_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return open_; });
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int entered_ = 0;
+  bool open_ = false;
+  std::vector<std::size_t> batches_;
+};
+
+// An io_context running on its own thread for the length of a test.
+struct Loop {
+  boost::asio::io_context io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};
+  std::thread thread{[this] { io.run(); }};
+  ~Loop() {
+    work.reset();
+    thread.join();
+  }
+  template <class T>
+  std::future<T> spawn(boost::asio::awaitable<T> op) {
+    return boost::asio::co_spawn(io, std::move(op), boost::asio::use_future);
+  }
+};
+
+// A Ledger whose only worker runs on a GatedStore.
+struct GatedLedger {
+  explicit GatedLedger(LedgerOptions options = {}) {
+    auto store = std::make_unique<GatedStore>();
+    gate = store.get();
+    std::vector<std::unique_ptr<Store>> stores;
+    stores.push_back(std::move(store));
+    ledger = std::make_unique<Ledger>(std::move(stores), std::move(options));
+  }
+  GatedStore* gate;
+  std::unique_ptr<Ledger> ledger;
+};
+
+bool wait_until(const std::function<bool()>& condition) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("unit: a full queue answers busy at once, without waiting for the worker") {
+  LedgerOptions options;
+  options.queue_limit = 2;
+  GatedLedger gated(options);
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  {
+    Loop loop;
+    auto running = loop.spawn(ledger->find_intent(1));
+    REQUIRE(gate.wait_entered(1));
+    auto queued_1 = loop.spawn(ledger->find_intent(2));
+    auto queued_2 = loop.spawn(ledger->find_intent(3));
+    REQUIRE(wait_until([&] { return ledger->queued() == 2; }));
+
+    auto refused = loop.spawn(ledger->find_intent(4));
+    REQUIRE(refused.wait_for(deadline) == std::future_status::ready);
+    CHECK(refused.get().error() == errc::busy);
+    CHECK(running.wait_for(0s) == std::future_status::timeout);  // the worker is still stuck
+    CHECK(ledger->stats().busy_rejections == 1);
+
+    gate.release();
+    CHECK(running.get().error() == errc::not_found);
+    CHECK(queued_1.get().error() == errc::not_found);
+    CHECK(queued_2.get().error() == errc::not_found);
+  }
+}
+
+TEST_CASE("unit: reservations waiting together share one transaction") {
+  GatedLedger gated;
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  Loop loop;
+  auto first = loop.spawn(ledger->reserve_intent(reserve_request("fp-0", "k-0"), {}));
+  REQUIRE(gate.wait_entered(1));
+  std::vector<std::future<Result<Reservation>>> waiting;
+  for (int i = 1; i <= 10; ++i)
+    waiting.push_back(loop.spawn(ledger->reserve_intent(
+        reserve_request("fp-" + std::to_string(i), "k-" + std::to_string(i)), {})));
+  auto lookup = loop.spawn(ledger->find_intent(7));  // not a reservation: not batched
+  REQUIRE(wait_until([&] { return ledger->queued() == 11; }));
+  gate.release();
+  CHECK(first.get()->intent.key == "k-0");
+  for (int i = 1; i <= 10; ++i) CHECK(waiting[i - 1].get()->intent.key == "k-" + std::to_string(i));
+  CHECK(lookup.get().error() == errc::not_found);
+  CHECK(gate.batches() == std::vector<std::size_t>{1, 10});
+  CHECK(ledger->stats().reserve_batches == 2);
+  CHECK(ledger->stats().reservations == 11);
+}
+
+TEST_CASE("unit: calls queued when the Ledger stops complete with shutting_down") {
+  GatedLedger gated;
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  Loop loop;
+  auto running = loop.spawn(ledger->find_intent(1));
+  REQUIRE(gate.wait_entered(1));
+  auto queued = loop.spawn(ledger->find_intent(2));
+  REQUIRE(wait_until([&] { return ledger->queued() == 1; }));
+  std::thread stopper([&] { ledger.reset(); });
+  CHECK(queued.get().error() == errc::shutting_down);
+  gate.release();
+  stopper.join();
+  CHECK(running.get().error() == errc::not_found);
+}

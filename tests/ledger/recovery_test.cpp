@@ -1,0 +1,144 @@
+// Crash recovery: a child process holding dispatched attempts is SIGKILLed;
+// reopening as its replica turns exactly its attempts unknown (recovered),
+// and recover_stale takes over another dead replica's. And PostgreSQL
+// restarted under a live Ledger: errors come back as results and the pool
+// reconnects by itself.
+#include "backend.hpp"
+
+#include "ledger/open_store.hpp"
+
+#include <csignal>
+#include <cstdlib>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace idemgate::ledger;
+using namespace idemgate::ledger::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs in the child: dispatches attempts as `replica` through a plain Store,
+// reports the intent ids on `out`, then waits to be killed.
+[[noreturn]] void hold_dispatched(const idemgate::config::Ledger& config, int out) {
+  auto stores = open_stores(config);
+  if (!stores) _exit(2);
+  auto& store = *stores->front();
+  std::string ids;
+  auto dispatch = [&](const std::string& fp, const std::string& replica) {
+    auto request = reserve_request(fp, "key-" + fp);
+    auto reserved = store.reserve_intents({&request, 1}).front();
+    if (!reserved) _exit(3);
+    auto started = store.begin_attempt(reserved->intent.id, replica, 3);
+    if (!started || started->outcome != AttemptOutcome::started) _exit(4);
+    ids += std::to_string(reserved->intent.id) + " ";
+  };
+  for (int i = 0; i < 3; ++i) dispatch("fp-crash-" + std::to_string(i), "replica-child");
+  dispatch("fp-crash-other", "replica-other");
+  ids += "\n";
+  if (write(out, ids.data(), ids.size()) != static_cast<ssize_t>(ids.size())) _exit(5);
+  for (;;) pause();
+}
+
+}  // namespace
+
+LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts of a SIGKILLed replica become unknown") {
+  REQUIRE(migrate(backend.config).has_value());
+  // A completed intent of the same replica must stay completed.
+  std::int64_t completed_id = 0;
+  {
+    auto ledger = open_ledger(backend, "replica-child");
+    auto reserved = run(ledger->reserve_intent(reserve_request("fp-done", "key-done"), {}));
+    REQUIRE(reserved.has_value());
+    completed_id = reserved->intent.id;
+    REQUIRE(run(ledger->begin_attempt(completed_id, 3)).has_value());
+    Outcome done;
+    done.intent_id = completed_id;
+    done.attempt = 1;
+    done.answer_class = "ok";
+    REQUIRE(run(ledger->record_outcome(done)).has_value());
+  }
+
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    hold_dispatched(backend.config, fds[1]);
+  }
+  close(fds[1]);
+  std::string line;
+  char c;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;
+  close(fds[0]);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE_MESSAGE(!line.empty(), "the child failed before dispatching: status " << status);
+  std::vector<std::int64_t> ids;
+  std::istringstream in(line);
+  for (std::int64_t id; in >> id;) ids.push_back(id);
+  REQUIRE(ids.size() == 4);
+
+  auto ledger = open_ledger(backend, "replica-child");
+  for (int i = 0; i < 3; ++i) {
+    auto intent = run(ledger->find_intent(ids[i]));
+    REQUIRE(intent.has_value());
+    CHECK(intent->state == IntentState::unknown);
+    CHECK(intent->recovered);
+    CHECK(intent->unknown_since.has_value());
+  }
+  // Another replica's attempt is not this replica's to recover...
+  CHECK(run(ledger->find_intent(ids[3]))->state == IntentState::dispatched);
+  CHECK(run(ledger->find_intent(completed_id))->state == IntentState::completed);
+  // ...until its lease has run out.
+  CHECK(run(ledger->recover_stale(std::chrono::hours(1))).value() == 0);
+  CHECK(run(ledger->recover_stale(0ms)).value() == 1);
+  CHECK(run(ledger->find_intent(ids[3]))->state == IntentState::unknown);
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE state = 'unknown' AND recovered") ==
+        "4\n");
+  // The unknown rows are reconciled under their original key.
+  auto again = run(ledger->begin_attempt(ids[0], 3));
+  REQUIRE(again.has_value());
+  CHECK(again->outcome == AttemptOutcome::started);
+  CHECK(again->intent.key == "key-fp-crash-0");
+}
+
+TEST_CASE("postgresql-serial: PostgreSQL restarted under a live Ledger" *
+          doctest::test_suite("db")) {
+  auto backend = postgresql_backend();
+  const char* pgctl = std::getenv("IDEMGATE_TEST_PGCTL");
+  REQUIRE_MESSAGE(pgctl != nullptr, "IDEMGATE_TEST_PGCTL is not set: run through scripts/test");
+  auto ledger = open_ledger(*backend);
+  auto reserved = run(ledger->reserve_intent(reserve_request("fp-before", "key-before"), {}));
+  REQUIRE(reserved.has_value());
+
+  REQUIRE(std::system((std::string(pgctl) + " restart -m fast >/dev/null").c_str()) == 0);
+
+  // Every pooled connection died with the server: calls come back as
+  // results (unavailable), never as a hang or an exception, and the pool
+  // reconnects without a new Ledger.
+  int errors = 0, consecutive_ok = 0;
+  auto until = std::chrono::steady_clock::now() + 30s;
+  while (consecutive_ok < 16) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, "the pool did not recover");
+    std::vector<boost::asio::awaitable<Result<Intent>>> ops;
+    for (int i = 0; i < 8; ++i) ops.push_back(ledger->find_intent(reserved->intent.id));
+    for (const auto& r : run_all(std::move(ops), 2)) {
+      if (r.has_value()) {
+        CHECK(r->key == "key-before");
+        ++consecutive_ok;
+      } else {
+        CHECK(r.error() == errc::unavailable);
+        ++errors;
+        consecutive_ok = 0;
+      }
+    }
+  }
+  CHECK(errors >= 1);
+  auto after = run(ledger->reserve_intent(reserve_request("fp-after", "key-after"), {}));
+  REQUIRE(after.has_value());
+  CHECK(after->outcome == ReserveOutcome::reserved);
+}

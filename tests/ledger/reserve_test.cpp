@@ -1,0 +1,142 @@
+// Reservation atomicity: one winner per scope+fingerprint however many
+// callers race, in one process or across two Ledgers (two replicas); the
+// attempt compare-and-set; agent keys bound to their first fingerprint.
+#include "backend.hpp"
+
+#include <set>
+
+using namespace idemgate::ledger;
+using namespace idemgate::ledger::test;
+
+namespace {
+
+std::vector<Result<Reservation>> race(std::vector<Ledger*> ledgers, int callers,
+                                      const std::string& fingerprint) {
+  std::vector<boost::asio::awaitable<Result<Reservation>>> ops;
+  for (int i = 0; i < callers; ++i)
+    ops.push_back(ledgers[i % ledgers.size()]->reserve_intent(
+        reserve_request(fingerprint, "key-" + std::to_string(i)), {}));
+  return run_all(std::move(ops), 4);
+}
+
+void expect_one_winner(const std::vector<Result<Reservation>>& results) {
+  int winners = 0;
+  std::set<std::int64_t> ids;
+  std::string winning_key;
+  for (const auto& r : results) {
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    ids.insert(r->intent.id);
+    if (r->outcome == ReserveOutcome::reserved) {
+      ++winners;
+      winning_key = r->intent.key;
+    } else {
+      CHECK(r->outcome == ReserveOutcome::existing);
+    }
+  }
+  CHECK(winners == 1);
+  CHECK(ids.size() == 1);
+  // Every loser sees the winner's key: the provider will only ever see one.
+  for (const auto& r : results) CHECK(r->intent.key == winning_key);
+}
+
+}  // namespace
+
+LEDGER_CONFORMANCE(sixty_four_reservers, "64 concurrent reservers of one fingerprint: one winner") {
+  auto ledger = open_ledger(backend);
+  expect_one_winner(race({ledger.get()}, 64, "fp-64"));
+  auto stats = ledger->stats().reservations.load();
+  CHECK(stats == 64);
+}
+
+LEDGER_CONFORMANCE(two_replicas, "two Ledgers on one database racing: one winner") {
+  auto a = open_ledger(backend, "replica-a");
+  auto b = open_ledger(backend, "replica-b");
+  expect_one_winner(race({a.get(), b.get()}, 64, "fp-two-replicas"));
+
+  // And the attempt compare-and-set across both: one dispatch.
+  auto id = run(a->find_intent_by_key("key-0"));
+  REQUIRE(id.has_value());
+  std::vector<boost::asio::awaitable<Result<AttemptStart>>> ops;
+  for (int i = 0; i < 32; ++i) ops.push_back((i % 2 ? a : b)->begin_attempt(id->id, 3));
+  int started = 0;
+  for (const auto& r : run_all(std::move(ops), 4)) {
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    if (r->outcome == AttemptOutcome::started) {
+      ++started;
+      CHECK(r->attempt == 1);
+    } else {
+      CHECK(r->outcome == AttemptOutcome::in_flight);
+    }
+  }
+  CHECK(started == 1);
+}
+
+LEDGER_CONFORMANCE(many_fingerprints, "concurrent reservations of distinct fingerprints all win") {
+  auto ledger = open_ledger(backend);
+  std::vector<boost::asio::awaitable<Result<Reservation>>> ops;
+  for (int i = 0; i < 200; ++i)
+    ops.push_back(ledger->reserve_intent(
+        reserve_request("fp-" + std::to_string(i), "k-" + std::to_string(i)), {}));
+  std::set<std::int64_t> ids;
+  for (const auto& r : run_all(std::move(ops), 4)) {
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    CHECK(r->outcome == ReserveOutcome::reserved);
+    ids.insert(r->intent.id);
+  }
+  CHECK(ids.size() == 200);
+  MESSAGE(backend.name() << ": 200 reservations in " << ledger->stats().reserve_batches.load()
+                         << " transactions");
+}
+
+LEDGER_CONFORMANCE(agent_keys, "an agent key is bound to its first fingerprint") {
+  auto ledger = open_ledger(backend);
+  auto request = [](std::string fp, std::string minted, std::string agent) {
+    auto r = reserve_request(fp, minted);
+    r.agent_key = agent;
+    return r;
+  };
+  auto first = run(ledger->reserve_intent(request("fp-a", "minted-1", "agent-1"), {}));
+  REQUIRE(first.has_value());
+  CHECK(first->outcome == ReserveOutcome::reserved);
+
+  // Same key, different payload: 422, pointing at the bound intent.
+  auto other = run(ledger->reserve_intent(request("fp-b", "minted-2", "agent-1"), {}));
+  REQUIRE(other.has_value());
+  CHECK(other->outcome == ReserveOutcome::key_mismatch);
+  CHECK(other->intent.id == first->intent.id);
+
+  // A fresh key minted inside the agent's retry loop: the same intent, with
+  // the original key.
+  auto retry = run(ledger->reserve_intent(request("fp-a", "minted-3", "agent-2"), {}));
+  REQUIRE(retry.has_value());
+  CHECK(retry->outcome == ReserveOutcome::existing);
+  CHECK(retry->intent.key == "minted-1");
+
+  for (auto key : {"agent-1", "agent-2", "minted-1"}) {
+    auto found = run(ledger->find_intent_by_key(key));
+    REQUIRE(found.has_value());
+    CHECK(found->id == first->intent.id);
+  }
+  CHECK(run(ledger->find_intent_by_key("never-seen")).error() == errc::not_found);
+
+  // Another run's scope is separate.
+  auto elsewhere = run(ledger->reserve_intent(
+      [] {
+        auto r = reserve_request("fp-b", "minted-4", "run-2");
+        r.agent_key = "agent-1";
+        return r;
+      }(),
+      {}));
+  REQUIRE(elsewhere.has_value());
+  CHECK(elsewhere->outcome == ReserveOutcome::reserved);
+
+  auto listed = run(ledger->list_intents_by_run("run-1"));
+  REQUIRE(listed.has_value());
+  CHECK(listed->size() == 1);
+}
+
+LEDGER_CONFORMANCE(invalid_reservation, "a reservation without key or fingerprint is refused") {
+  auto ledger = open_ledger(backend);
+  auto result = run(ledger->reserve_intent(reserve_request("", "k"), {}));
+  CHECK(result.error() == errc::invalid_argument);
+}
