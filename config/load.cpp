@@ -5,10 +5,12 @@
 #include "config/schema.hpp"
 #include "config/validate.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 namespace idemgate::config {
 
@@ -45,6 +47,10 @@ LoadResult load_string(std::string_view yaml, const std::string& file_name) {
     result.errors.push_back({file_name, where.line, where.column, tie.message});
   }
   config->tool_table = std::move(compiled.table);
+  // Reported in file order, whichever pass found them.
+  std::stable_sort(result.errors.begin(), result.errors.end(), [](const ConfigError& a, const ConfigError& b) {
+    return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+  });
   if (result.errors.empty()) result.config = std::move(config);
   return result;
 }

@@ -4,7 +4,6 @@
 #include "config/validate.hpp"
 
 #include "policy/egress.hpp"
-#include "policy/enum_names.hpp"
 #include "policy/pattern.hpp"
 #include "policy/reconcile.hpp"
 
@@ -21,7 +20,15 @@ namespace {
 using policy::Effect;
 using policy::ReconcileMode;
 
-std::optional<std::string> header_name_error(std::string_view name);
+// RFC 9110 token characters: what a header name may contain.
+std::optional<std::string> header_name_error(std::string_view name) {
+  static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
+  const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
+  });
+  if (ok) return std::nullopt;
+  return "bad header name '" + std::string(name) + "'";
+}
 
 class Checker {
  public:
@@ -183,16 +190,6 @@ class Checker {
   const SourceMap& positions_;
   std::vector<ConfigError>& errors_;
 };
-
-// RFC 9110 token characters: what a header name may contain.
-std::optional<std::string> header_name_error(std::string_view name) {
-  static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
-  const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
-  });
-  if (ok) return std::nullopt;
-  return "bad header name '" + std::string(name) + "'";
-}
 
 std::string to_lower(std::string text) {
   for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
