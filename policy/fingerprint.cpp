@@ -161,9 +161,10 @@ bool pointer_is_ignored(const std::vector<std::string>& ignore, const std::strin
 }
 
 std::string canonical_target(const FingerprintInput& input, const Tool& tool) {
-  boost::urls::url url;
-  if (auto parsed = boost::urls::parse_origin_form(input.target.empty() ? "/" : input.target)) url = *parsed;
-  else url.set_encoded_path(input.target);  // unparseable: kept as opaque path bytes
+  const auto parsed = boost::urls::parse_origin_form(input.target.empty() ? "/" : input.target);
+  // A target that is not valid origin-form is compared byte for byte.
+  if (!parsed) return "raw " + lowercase(input.host) + " " + std::to_string(input.port) + " " + std::string(input.target);
+  boost::urls::url url = *parsed;
   url.set_scheme(lowercase(input.scheme));
   url.set_host(lowercase(input.host));
   const bool default_port = input.port == 0 || (input.port == 80 && url.scheme() == "http") ||
