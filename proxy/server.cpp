@@ -1,6 +1,7 @@
 // Threads, acceptors, signals, drain and reload (see server.hpp).
 #include "proxy/server.hpp"
 
+#include "ledger/ledger.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/log.hpp"
 #include "proxy/worker.hpp"
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+
+#include <unistd.h>
 
 namespace idemgate::proxy {
 
@@ -31,6 +34,25 @@ void log_exception(std::string_view where, std::exception_ptr e) {
   }
 }
 
+// Which replica this process is, for crash recovery of its own attempts:
+// IDEMGATE_REPLICA_ID, else the host name.
+std::string replica_id() {
+  if (char const* id = std::getenv("IDEMGATE_REPLICA_ID"); id && *id) return id;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0 && host[0]) return host;
+  return "replica";
+}
+
+// postgresql://user:password@host/db -> postgresql://user:***@host/db
+std::string redacted_url(const std::string& url) {
+  auto scheme = url.find("://");
+  auto at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
+  auto colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
 }  // namespace
 
 int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options) {
@@ -45,11 +67,20 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   }
   tcp::endpoint endpoint(address, cfg->listen.port);
 
+  // The ledger first: nothing is served that could not be recorded.
+  auto ledger = ledger::Ledger::open(cfg->ledger, cfg->redact, replica_id());
+  if (!ledger) {
+    log_event("fatal", {{"error", "cannot open the ledger at " + redacted_url(cfg->ledger.url) + ": " +
+                                      ledger.error().message()}});
+    return 1;
+  }
+  ReadTracker reads;
+
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<tcp::acceptor> acceptors;
   try {
     for (unsigned i = 0; i < threads; ++i) {
-      workers.push_back(std::make_unique<Worker>(source, i));
+      workers.push_back(std::make_unique<Worker>(source, i, ledger->get(), reads));
       acceptors.push_back(open_acceptor(workers.back()->context(), endpoint));
       // With port 0 the first bind picks the port; the rest share it.
       if (i == 0) endpoint.port(acceptors.front().local_endpoint().port());
@@ -105,6 +136,8 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
       } else {
         if (loaded.config->listen.host != cfg->listen.host || loaded.config->listen.port != cfg->listen.port)
           log_event("config_reload_warning", {{"detail", "listen changes need a restart; kept the old address"}});
+        if (loaded.config->ledger.url != cfg->ledger.url)
+          log_event("config_reload_warning", {{"detail", "ledger.url changes need a restart; kept the old ledger"}});
         source.set(loaded.config);
         log_event("config_reloaded", {{"config", options.config_path}, {"tools", loaded.config->tools.size()}});
       }

@@ -3,6 +3,7 @@
 #include "proxy/session.hpp"
 
 #include "proxy/forward.hpp"
+#include "proxy/guard.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/log.hpp"
 #include "proxy/problem.hpp"
@@ -15,7 +16,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <chrono>
+
+#include "policy/match.hpp"
 
 namespace idemgate::proxy {
 
@@ -146,8 +150,57 @@ private:
       co_await run_tunnel(client_, buffer_, *target, cfg, worker_);
       co_return false;
     }
-    ForwardResult r = co_await forward_request(client_, buffer_, parser, *target, cfg, worker_);
+    // Which tool is this? An MCP tools/call names it in the body.
+    std::optional<std::string> body;
+    std::string mcp_tool;
+    if (may_be_mcp_call(req, cfg)) {
+      bool too_large = false;
+      body = co_await read_request_body(client_, buffer_, parser, cfg, too_large);
+      if (!body) {
+        if (too_large) {
+          Problem const p{413, "body_too_large", "Request body too large",
+                          "a JSON-RPC body to a host with MCP tools is larger than limits.inspect_body (" +
+                              std::to_string(cfg.limits.inspect_body) + " bytes)"};
+          co_await write_problem(cfg, p, version);
+        }
+        co_return false;
+      }
+      if (auto name = policy::mcp_tool_name(*body)) mcp_tool = std::move(*name);
+    }
+    std::string_view const origin = target->origin_form;
+    auto const q = origin.find('?');
+    policy::MatchRequest mr;
+    mr.method = req.method_string();
+    mr.host = target->host;
+    mr.port = target->port;
+    mr.path = origin.substr(0, q);
+    mr.query = q == std::string_view::npos ? std::string_view() : origin.substr(q + 1);
+    mr.mcp_tool = mcp_tool;
+    policy::Tool const* tool = cfg.tool_table ? cfg.tool_table->match(mr) : nullptr;
+    ForwardResult r;
+    if (tool) {
+      r = co_await guard_request(client_, buffer_, parser, *target, *tool, cfg, worker_, std::move(body));
+    } else if (cfg.unmatched == policy::Unmatched::deny) {
+      Problem const p{403, "policy_deny", "No tool matches",
+                      std::string(req.method_string()) + " " + target->host + std::string(mr.path) +
+                          " matches no configured tool and unmatched is deny"};
+      co_await write_problem(cfg, p, version);
+      co_return false;
+    } else if (body) {
+      r = co_await forward_buffered(client_, parser, *target, std::move(*body), cfg, worker_);
+    } else {
+      r = co_await forward_request(client_, buffer_, parser, *target, cfg, worker_);
+    }
     co_return r.client_keep_alive && !worker_.draining();
+  }
+
+  // A POST with a JSON body to a host that has MCP tools: the tool name is in
+  // the body, so it must be read before matching.
+  static bool may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg) {
+    if (req.method() != http::verb::post) return false;
+    auto ct = req[http::field::content_type];
+    if (ct.find("json") == std::string_view::npos) return false;
+    return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
   }
 
   // Everything about a request header that can be refused before any I/O.

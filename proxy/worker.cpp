@@ -5,10 +5,12 @@
 
 namespace idemgate::proxy {
 
-Worker::Worker(ConfigSource& config, unsigned index)
+Worker::Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, ReadTracker& reads)
     : config_(config),
       index_(index),
-      pool_(config.get()->limits.upstream_pool, config.get()->timeouts.idle) {}
+      pool_(config.get()->limits.upstream_pool, config.get()->timeouts.idle),
+      ledger_(ledger),
+      reads_(reads) {}
 
 void Worker::begin_drain() {
   draining_ = true;

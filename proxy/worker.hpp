@@ -4,6 +4,7 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "proxy/read_tracker.hpp"
 #include "proxy/upstream_pool.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -12,6 +13,10 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_set>
+
+namespace idemgate::ledger {
+class Ledger;
+}
 
 namespace idemgate::proxy {
 
@@ -45,12 +50,14 @@ struct WorkerStats {
 
 class Worker {
 public:
-  Worker(ConfigSource& config, unsigned index);
+  Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, ReadTracker& reads);
 
   boost::asio::io_context& context() noexcept { return ioc_; }
   ConfigSource& config() noexcept { return config_; }
   UpstreamPool& pool() noexcept { return pool_; }
   WorkerStats& stats() noexcept { return stats_; }
+  ledger::Ledger* ledger() noexcept { return ledger_; }
+  ReadTracker& reads() noexcept { return reads_; }
   unsigned index() const noexcept { return index_; }
 
   bool draining() const noexcept { return draining_; }
@@ -67,6 +74,8 @@ private:
   ConfigSource& config_;
   unsigned index_;
   UpstreamPool pool_;
+  ledger::Ledger* ledger_;
+  ReadTracker& reads_;
   WorkerStats stats_;
   bool draining_ = false;
   std::unordered_set<Drainable*> sessions_;

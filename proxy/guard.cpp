@@ -1,0 +1,845 @@
+// The enforcement path (see guard.hpp). Reading order: guard_request() builds
+// a Guard, Guard::run() gathers the decision inputs from the ledger, calls
+// policy::decide() once, and carries out the verdict.
+#include "proxy/guard.hpp"
+
+#include "ledger/ledger.hpp"
+#include "policy/classify.hpp"
+#include "policy/decide.hpp"
+#include "policy/fingerprint.hpp"
+#include "policy/json_pointer.hpp"
+#include "policy/reason.hpp"
+#include "proxy/exchange.hpp"
+#include "proxy/ids.hpp"
+#include "proxy/log.hpp"
+#include "proxy/read_tracker.hpp"
+#include "proxy/respond.hpp"
+#include "proxy/worker.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/json.hpp>
+
+#include <array>
+
+namespace idemgate::proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using policy::AnswerClass;
+using policy::VerdictKind;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using SysClock = std::chrono::system_clock;
+
+SysClock::time_point to_sys(const ledger::TimePoint& t) { return SysClock::time_point(t.time_since_epoch()); }
+
+std::string run_of(const http::fields& f, const config::Config& cfg) {
+  auto named = f[cfg.runs.header];
+  if (!named.empty()) return std::string(named);
+  auto auth = f[http::field::proxy_authorization];
+  if (beast::iequals(auth.substr(0, std::min<std::size_t>(6, auth.size())), "basic ")) {
+    auto decoded = decode_base64(auth.substr(6));
+    auto colon = decoded.find(':');
+    if (colon != std::string::npos && colon > 0) return decoded.substr(0, colon);
+  }
+  return "default";
+}
+
+std::vector<policy::Header> header_view(const http::fields& f) {
+  std::vector<policy::Header> out;
+  for (auto const& field : f) out.push_back({field.name_string(), field.value()});
+  return out;
+}
+
+ledger::Headers headers_of(const http::fields& f) {
+  ledger::Headers out;
+  for (auto const& field : f) out.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  return out;
+}
+
+policy::IntentState view_state(ledger::IntentState s) {
+  switch (s) {
+    case ledger::IntentState::reserved: return policy::IntentState::none;  // begin_attempt's CAS decides
+    case ledger::IntentState::dispatched: return policy::IntentState::in_flight;
+    case ledger::IntentState::completed: return policy::IntentState::completed;
+    case ledger::IntentState::unknown: return policy::IntentState::unknown;
+    case ledger::IntentState::denied: return policy::IntentState::denied;
+    case ledger::IntentState::retryable: return policy::IntentState::retryable;
+  }
+  return policy::IntentState::unavailable;
+}
+
+// The receipt (the provider's id for the effect) at the tool's pointer.
+std::string receipt_of(const policy::Tool& tool, std::string_view body) {
+  if (tool.receipt.empty() || body.empty()) return {};
+  boost::system::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec) return {};
+  auto const* at = policy::find_pointer(v, tool.receipt);
+  if (!at) return {};
+  if (at->is_string()) return std::string(at->as_string());
+  return json::serialize(*at);
+}
+
+ledger::IntentState ledger_state_for(AnswerClass c) {
+  switch (c) {
+    case AnswerClass::ok: return ledger::IntentState::completed;
+    case AnswerClass::rate_limited:
+    case AnswerClass::transient: return ledger::IntentState::retryable;
+    case AnswerClass::unknown: return ledger::IntentState::unknown;
+    default: return ledger::IntentState::denied;
+  }
+}
+
+// Expands {key}, {receipt} and {/json/pointer} in a reconcile query URL.
+std::string expand_template(std::string_view tpl, const std::string& key, const std::string& receipt,
+                            const std::optional<json::value>& body) {
+  std::string out;
+  for (std::size_t i = 0; i < tpl.size();) {
+    if (tpl[i] != '{') {
+      out += tpl[i++];
+      continue;
+    }
+    auto close = tpl.find('}', i);
+    if (close == std::string_view::npos) {
+      out += tpl.substr(i);
+      break;
+    }
+    auto name = tpl.substr(i + 1, close - i - 1);
+    std::string value;
+    if (name == "key") {
+      value = key;
+    } else if (name == "receipt") {
+      value = receipt;
+    } else if (!name.empty() && name.front() == '/' && body) {
+      if (auto const* at = policy::find_pointer(*body, name))
+        value = at->is_string() ? std::string(at->as_string()) : json::serialize(*at);
+    }
+    out += percent_encode_component(value);
+    i = close + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+asio::awaitable<std::optional<std::string>> read_request_body(beast::tcp_stream& client, beast::flat_buffer& cbuf,
+                                                              http::request_parser<http::buffer_body>& parser,
+                                                              const config::Config& cfg, bool& too_large) {
+  too_large = false;
+  auto& req = parser.get();
+  auto const limit = cfg.limits.inspect_body;
+  if (parser.content_length() && *parser.content_length() > limit) {
+    too_large = true;
+    co_return std::nullopt;
+  }
+  std::string body;
+  if (parser.is_done()) co_return body;
+  if (beast::iequals(req[http::field::expect], "100-continue")) {
+    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    client.expires_after(cfg.timeouts.client_header);
+    auto [ec, n] = co_await asio::async_write(client, asio::buffer(kContinue, sizeof kContinue - 1), use_tuple);
+    if (ec) co_return std::nullopt;
+  }
+  std::array<char, 16 * 1024> buf;
+  while (!parser.is_done()) {
+    req.body().data = buf.data();
+    req.body().size = buf.size();
+    if (cbuf.size() == 0) client.expires_after(cfg.timeouts.idle);
+    auto [ec, n] = co_await http::async_read_some(client, cbuf, parser, use_tuple);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) co_return std::nullopt;
+    body.append(buf.data(), buf.size() - req.body().size);
+    if (body.size() > limit) {
+      too_large = true;
+      co_return std::nullopt;
+    }
+  }
+  co_return body;
+}
+
+namespace {
+
+// The upstream request: the client's header minus hop-by-hop and Idemgate-*
+// headers, in origin-form, with the body in memory.
+StringRequest upstream_request(const http::request<http::buffer_body>& in, const Target& target, std::string body) {
+  StringRequest out{in.method(), target.origin_form, 11};
+  for (auto const& f : in) out.insert(f.name_string(), f.value());
+  if (in.method() == http::verb::unknown) out.method_string(in.method_string());
+  strip_hop_by_hop(out, true);
+  out.erase(http::field::expect);
+  out.erase(http::field::content_length);
+  out.set(http::field::host, target.authority());
+  add_via(out, in.version());
+  out.body() = std::move(body);
+  return out;
+}
+
+// The answer the client sees for an upstream answer or a stored one.
+StringResponse client_response(int status, const ledger::Headers& headers, std::string body, unsigned version,
+                               bool keep_alive) {
+  StringResponse res{static_cast<http::status>(status), version};
+  for (auto const& [name, value] : headers) res.insert(name, value);
+  strip_hop_by_hop(res, false);
+  res.erase(http::field::content_length);
+  add_via(res, 11);
+  res.body() = std::move(body);
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+class Guard {
+public:
+  Guard(beast::tcp_stream& client, beast::flat_buffer& cbuf, http::request_parser<http::buffer_body>& parser,
+        const Target& target, const policy::Tool& tool, const config::Config& cfg, Worker& worker)
+      : client_(client),
+        cbuf_(cbuf),
+        parser_(parser),
+        req_(parser.get()),
+        target_(target),
+        tool_(tool),
+        cfg_(cfg),
+        worker_(worker),
+        ledger_(*worker.ledger()),
+        is_write_(tool.effect != policy::Effect::read),
+        version_(req_.version()) {}
+
+  asio::awaitable<ForwardResult> run(std::optional<std::string> body) {
+    if (!body) {
+      bool too_large = false;
+      body = co_await read_request_body(client_, cbuf_, parser_, cfg_, too_large);
+      if (!body) {
+        if (!too_large) co_return ForwardResult{false};
+        Problem const p{413, "body_too_large", "Request body too large",
+                        "tool '" + tool_.name + "' is guarded and its body is larger than limits.inspect_body (" +
+                            std::to_string(cfg_.limits.inspect_body) + " bytes): a write is never forwarded uninspected"};
+        co_await send_problem(client_, p, version_, false, cfg_.timeouts.client_header);
+        decision_ = "refused";
+        reason_code_ = p.reason_code;
+        log_decision(p.status);
+        co_return ForwardResult{false};
+      }
+    }
+    body_ = std::move(*body);
+    run_ = run_of(req_, cfg_);
+    trace_id_ = random_hex(16);
+    agent_key_ = std::string(req_[tool_.idempotency.header]);
+    auto const headers = header_view(req_);
+    policy::FingerprintInput fin;
+    fin.method = req_.method_string();
+    fin.scheme = target_.scheme;
+    fin.host = target_.host;
+    fin.port = target_.port;
+    fin.target = target_.origin_form;
+    fin.content_type = req_[http::field::content_type];
+    fin.body = body_;
+    fin.headers = headers;
+    fp_ = policy::fingerprint(fin, tool_);
+    missing_ = policy::missing_required(tool_, fp_.body ? &*fp_.body : nullptr);
+    if (fp_.malformed) malformed_ = true;
+    keep_alive_ = req_.keep_alive() && !worker_.draining();
+
+    if (!is_write_) co_return co_await run_read();
+    co_return co_await run_write();
+  }
+
+private:
+  // ---- decision inputs -------------------------------------------------
+
+  asio::awaitable<bool> charge_run(policy::DecisionInput& in) {
+    auto kind = is_write_ ? ledger::CallKind::write : ledger::CallKind::read;
+    std::string run = run_;
+    auto charge = co_await ledger_.count_call(std::move(run), cfg_.runs.budget, kind);
+    if (!charge) co_return false;
+    in.run.budget = static_cast<std::uint32_t>(cfg_.runs.budget);
+    in.run.calls_used = 0;
+    switch (charge->outcome) {
+      case ledger::ChargeOutcome::counted: break;
+      case ledger::ChargeOutcome::exhausted: in.run.calls_used = in.run.budget; break;
+      case ledger::ChargeOutcome::frozen: in.run.state = policy::RunState::frozen; break;
+      case ledger::ChargeOutcome::killed: in.run.state = policy::RunState::killed; break;
+    }
+    calls_used_ = charge->calls;
+    co_return true;
+  }
+
+  asio::awaitable<ForwardResult> run_write() {
+    policy::DecisionInput in;
+    in.now = SysClock::now();
+    in.missing_required = missing_;
+    in.agent_key.present = !agent_key_.empty();
+    if (!co_await charge_run(in)) co_return co_await ledger_down();
+
+    ledger::ReserveRequest rr;
+    rr.run = run_;
+    rr.tool = tool_.name;
+    rr.scope = tool_.fingerprint.scope == policy::FingerprintScope::run ? run_ : std::string();
+    rr.fingerprint = fp_.hex;
+    bool const use_agent_key = tool_.idempotency.mode != policy::KeyMode::inject && !agent_key_.empty();
+    rr.key = use_agent_key ? agent_key_ : mint_uuid_v4();
+    rr.agent_key = agent_key_;
+    rr.window = tool_.fingerprint.window;
+    rr.unknown_ttl = tool_.reconcile.ttl;
+    ledger::RequestSnapshot snap{std::string(req_.method_string()), target_.scheme + "://" + target_.authority() +
+                                                                        target_.origin_form,
+                                 headers_of(req_), body_};
+    auto reservation = co_await ledger_.reserve_intent(std::move(rr), std::move(snap));
+    if (!reservation) co_return co_await ledger_down();
+    intent_ = reservation->intent;
+    have_intent_ = true;
+    bool const fresh = reservation->outcome == ledger::ReserveOutcome::reserved;
+    if (reservation->outcome == ledger::ReserveOutcome::key_mismatch) in.agent_key.bound_to_other_fingerprint = true;
+    if (!fresh && use_agent_key && agent_key_ != intent_.key) in.agent_key.fingerprint_bound_to_other_key = true;
+    in.intent = view_of(intent_);
+    if (tool_.policy == policy::PolicyAction::pending_approval) in.intent.approved = co_await approved(intent_.id);
+
+    auto verdict = policy::decide(tool_, in, agent_key_);
+    if (verdict.kind == VerdictKind::dispatch && verdict.dispatch_kind == policy::DispatchKind::new_intent &&
+        tool_.retry.bound >= 0) {
+      // Validation is retried once with a corrected payload, never twice.
+      if (co_await validation_failures() >= 2) {
+        verdict = policy::Verdict{};
+        verdict.kind = VerdictKind::refuse;
+        verdict.reason = policy::ReasonCode::validation_repeated;
+        verdict.http_status = policy::http_status_of(verdict.reason);
+        verdict.terminal = policy::terminal_of(verdict.reason);
+        verdict.detail = "tool '" + tool_.name + "' already failed validation with two payloads in this run";
+      }
+    }
+    co_return co_await carry_out(verdict);
+  }
+
+  policy::IntentView view_of(const ledger::Intent& i) {
+    policy::IntentView v;
+    v.state = view_state(i.state);
+    v.key = i.key;
+    if (auto c = policy::parse_answer_class(i.answer_class)) v.last_class = *c;
+    v.attempts = i.attempts;
+    if (i.unknown_since) v.unknown_since = to_sys(*i.unknown_since);
+    if (i.retry_not_before) v.retry_not_before = to_sys(*i.retry_not_before);
+    return v;
+  }
+
+  asio::awaitable<bool> approved(std::int64_t intent_id) {
+    std::optional<ledger::EscalationState> state = ledger::EscalationState::approved;
+    auto list = co_await ledger_.list_escalations(state, 1000);
+    if (!list) co_return false;
+    for (auto const& e : *list)
+      if (e.intent_id && *e.intent_id == intent_id) co_return true;
+    co_return false;
+  }
+
+  asio::awaitable<int> validation_failures() {
+    std::string run = run_;
+    auto intents = co_await ledger_.list_intents_by_run(std::move(run), 500);
+    int n = 0;
+    if (!intents) co_return 0;
+    for (auto const& i : *intents)
+      if (i.tool == tool_.name && i.id != intent_.id && i.answer_class == "validation") ++n;
+    co_return n;
+  }
+
+  // ---- carrying out a verdict -----------------------------------------
+
+  asio::awaitable<ForwardResult> carry_out(policy::Verdict verdict) {
+    for (int round = 0; round < 4; ++round) {
+      switch (verdict.kind) {
+        case VerdictKind::replay:
+          co_return co_await replay("replayed");
+        case VerdictKind::refuse:
+          co_return co_await refuse(verdict);
+        case VerdictKind::in_flight_409:
+          co_return co_await answer_wait(409, "in_flight", "The same call is in flight", verdict);
+        case VerdictKind::reject_429:
+          co_return co_await answer_wait(429, "retry_after", "Wait before retrying", verdict);
+        case VerdictKind::hold: {
+          auto const wait = std::chrono::duration_cast<std::chrono::milliseconds>(*verdict.hold_until - SysClock::now());
+          held_ = true;
+          if (wait.count() > 0) {
+            asio::steady_timer timer(co_await asio::this_coro::executor, wait);
+            co_await timer.async_wait(use_tuple);
+          }
+          co_return co_await dispatch(true);
+        }
+        case VerdictKind::reconcile:
+          if (verdict.reconcile_mode == policy::ReconcileMode::query) {
+            verdict = co_await reconcile_by_query();
+            continue;
+          }
+          reconciling_ = true;
+          co_return co_await dispatch(false);
+        case VerdictKind::dispatch:
+          co_return co_await dispatch(false);
+      }
+    }
+    co_return co_await refuse(verdict);
+  }
+
+  // Begins an attempt (compare-and-set in the ledger) and sends.
+  asio::awaitable<ForwardResult> dispatch(bool after_hold) {
+    for (int tries = 0;; ++tries) {
+      auto start = co_await ledger_.begin_attempt(intent_.id, tool_.retry.bound + 1);
+      if (!start) co_return co_await ledger_down();
+      intent_ = start->intent;
+      switch (start->outcome) {
+        case ledger::AttemptOutcome::started:
+          attempt_ = start->attempt;
+          co_return co_await send();
+        case ledger::AttemptOutcome::completed:
+          co_return co_await replay("replayed");
+        case ledger::AttemptOutcome::in_flight: {
+          policy::Verdict v;
+          v.retry_after = std::chrono::seconds(1);
+          v.detail = "the same call is being dispatched right now";
+          co_return co_await answer_wait(409, "in_flight", "The same call is in flight", v);
+        }
+        case ledger::AttemptOutcome::denied: {
+          auto v = refusal(policy::reason_for_denied(view_of(intent_).last_class),
+                           "this exact call was already answered " + intent_.answer_class);
+          co_return co_await refuse(v);
+        }
+        case ledger::AttemptOutcome::exhausted: {
+          auto v = refusal(policy::ReasonCode::tool_retry_exhausted,
+                           "same fingerprint failed as " + intent_.answer_class + " after " +
+                               std::to_string(intent_.attempts) + " attempts");
+          co_return co_await refuse(v);
+        }
+        case ledger::AttemptOutcome::not_yet: {
+          // The ledger's clock says wait a little longer (hold) or tell the agent.
+          auto v = policy::decide(tool_, decision_input(), agent_key_);
+          if (v.kind == VerdictKind::hold && tries < 3) {
+            auto const wait = std::chrono::duration_cast<std::chrono::milliseconds>(*v.hold_until - SysClock::now());
+            asio::steady_timer timer(co_await asio::this_coro::executor, std::max(wait, std::chrono::milliseconds(5)));
+            co_await timer.async_wait(use_tuple);
+            held_ = true;
+            continue;
+          }
+          if (v.kind == VerdictKind::reject_429 || v.kind == VerdictKind::hold) {
+            co_return co_await answer_wait(429, "retry_after", "Wait before retrying", v);
+          }
+          co_return co_await carry_out(v);
+        }
+      }
+      (void)after_hold;
+    }
+  }
+
+  policy::DecisionInput decision_input() {
+    policy::DecisionInput in;
+    in.now = SysClock::now();
+    in.intent = view_of(intent_);
+    in.agent_key.present = !agent_key_.empty();
+    return in;
+  }
+
+  asio::awaitable<ForwardResult> send() {
+    StringRequest out = upstream_request(req_, target_, body_);
+    if (is_write_) out.set(tool_.idempotency.header, intent_.key);
+    auto answer = co_await exchange(target_, out, cfg_, worker_, 64ull * 1024 * 1024);
+    auto const now = SysClock::now();
+    std::vector<policy::Header> hv;
+    if (answer.outcome == policy::TransportOutcome::answered) hv = header_view(answer.response);
+    policy::Answer a{answer.outcome, answer.outcome == policy::TransportOutcome::answered ? answer.response.result_int() : 0,
+                     hv};
+    auto const cls = policy::classify(a, tool_, now);
+    answer_class_ = std::string(policy::to_string(cls.answer_class));
+
+    if (!is_write_) co_return co_await finish_read(answer, cls, now);
+
+    ledger::Outcome o;
+    o.intent_id = intent_.id;
+    o.attempt = attempt_;
+    o.state = ledger_state_for(cls.answer_class);
+    o.answer_class = answer_class_;
+    if (answer.outcome == policy::TransportOutcome::answered) {
+      o.status = answer.response.result_int();
+      o.receipt = receipt_of(tool_, answer.response.body());
+      ledger::StoredResponse stored{answer.response.result_int(), headers_of(answer.response), answer.response.body(),
+                                    false};
+      o.response = std::move(stored);
+    }
+    if (o.state == ledger::IntentState::retryable) {
+      o.retry_after = cls.retry_after ? *cls.retry_after : std::chrono::milliseconds(0);
+    }
+    auto recorded = co_await ledger_.record_outcome(std::move(o));
+    if (recorded) intent_ = *recorded;
+    // The answer is the world's: even if recording it failed, the agent gets
+    // it (and the intent stays dispatched, so crash recovery marks it unknown).
+
+    if (cls.answer_class == AnswerClass::unknown || answer.outcome != policy::TransportOutcome::answered) {
+      if (answer.outcome == policy::TransportOutcome::connect_failed) {
+        // Nothing left the process: the agent may retry (same key, bounded).
+        decision_ = "forwarded";
+        Problem p = *answer.problem;
+        co_return co_await answer_problem_with_headers(p, false);
+      }
+      auto const reason = tool_.effect == policy::Effect::money ? policy::ReasonCode::money_unknown
+                                                                : policy::ReasonCode::tool_outcome_unknown;
+      auto v = refusal(reason, answer.problem ? answer.problem->detail +
+                                                    "; the outcome is unknown and the intent stays reserved under its key"
+                                              : "the provider answered " + std::to_string(a.status) +
+                                                    " to a write whose key it does not honour; the effect may have happened");
+      v.http_status = 504;
+      co_return co_await refuse(v);
+    }
+    if (policy::freezes_run(cls.answer_class)) {
+      std::string run = run_;
+      std::string why = "tool '" + tool_.name + "' answered " + std::to_string(a.status);
+      auto frozen = co_await ledger_.freeze_run(std::move(run), std::move(why));
+      (void)frozen;
+    }
+    decision_ = held_ ? "held" : reconciling_ ? "reconciled" : "forwarded";
+    StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
+                                         std::move(answer.response.body()), version_, keep_alive_);
+    add_idemgate_headers(res);
+    co_return co_await write_response(res);
+  }
+
+  asio::awaitable<ForwardResult> finish_read(UpstreamAnswer& answer, const policy::Classification& cls,
+                                             SysClock::time_point now) {
+    std::optional<SysClock::time_point> not_before;
+    if (cls.retry_after) not_before = now + *cls.retry_after;
+    worker_.reads().record(read_key(), cls.answer_class, not_before);
+    decision_ = held_ ? "held" : "forwarded";
+    if (answer.outcome != policy::TransportOutcome::answered) {
+      Problem p = *answer.problem;
+      co_return co_await answer_problem_with_headers(p, false);
+    }
+    StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
+                                         std::move(answer.response.body()), version_, keep_alive_);
+    add_idemgate_headers(res);
+    co_return co_await write_response(res);
+  }
+
+  std::string read_key() const { return run_ + "\n" + tool_.name + "\n" + fp_.hex; }
+
+  asio::awaitable<ForwardResult> run_read() {
+    policy::DecisionInput in;
+    in.now = SysClock::now();
+    in.missing_required = missing_;
+    if (!co_await charge_run(in)) co_return co_await ledger_down();
+    in.intent = worker_.reads().view(read_key());
+    attempt_ = in.intent.attempts + 1;
+    auto verdict = policy::decide(tool_, in, {});
+    switch (verdict.kind) {
+      case VerdictKind::dispatch:
+        co_return co_await send();
+      case VerdictKind::hold: {
+        auto const wait = std::chrono::duration_cast<std::chrono::milliseconds>(*verdict.hold_until - SysClock::now());
+        if (wait.count() > 0) {
+          asio::steady_timer timer(co_await asio::this_coro::executor, wait);
+          co_await timer.async_wait(use_tuple);
+        }
+        held_ = true;
+        co_return co_await send();
+      }
+      case VerdictKind::reject_429:
+        co_return co_await answer_wait(429, "retry_after", "Wait before retrying", verdict);
+      default:
+        co_return co_await refuse(verdict);
+    }
+  }
+
+  // reconcile.mode query: ask the provider whether the earlier attempt landed.
+  asio::awaitable<policy::Verdict> reconcile_by_query() {
+    reconciling_ = true;
+    auto const& q = tool_.reconcile.query;
+    std::string const url = expand_template(q.url, intent_.key, intent_.receipt, fp_.body);
+    auto qt = parse_absolute_target(url);
+    policy::QueryOutcome outcome = policy::QueryOutcome::failed;
+    std::string found_json;
+    if (qt && qt->scheme == "http") {
+      StringRequest qr{http::string_to_verb(q.method), qt->origin_form, 11};
+      qr.set(http::field::host, qt->authority());
+      // Credentials the agent sent for this provider are needed to ask it.
+      for (auto name : {http::field::authorization}) {
+        auto v = req_[name];
+        if (!v.empty()) qr.set(name, v);
+      }
+      for (auto const& f : req_) {
+        if (beast::iequals(f.name_string(), "x-api-key")) qr.set(f.name_string(), f.value());
+      }
+      auto answer = co_await exchange(*qt, qr, cfg_, worker_, 8ull * 1024 * 1024);
+      if (answer.outcome == policy::TransportOutcome::answered) {
+        int const status = answer.response.result_int();
+        boost::system::error_code ec;
+        auto v = json::parse(answer.response.body(), ec);
+        json::value const* at = nullptr;
+        if (!ec) at = q.found.empty() ? &v : policy::find_pointer(v, q.found);
+        if (status / 100 == 2 && at && !at->is_null()) {
+          outcome = policy::QueryOutcome::found;
+          found_json = json::serialize(*at);
+        } else if (status == 404 || (status / 100 == 2 && !ec)) {
+          outcome = policy::QueryOutcome::not_found;
+        }
+      }
+    }
+    auto const now = SysClock::now();
+    auto view = view_of(intent_);
+    auto v = policy::after_query(tool_, view, outcome, view.unknown_since, now);
+    if (v.kind == VerdictKind::replay) {
+      // Record what the provider showed as the completion, then answer with it.
+      ledger::Outcome o;
+      o.intent_id = intent_.id;
+      o.attempt = 0;
+      o.state = ledger::IntentState::completed;
+      o.answer_class = "ok";
+      o.status = 200;
+      o.receipt = receipt_of(tool_, found_json);
+      ledger::StoredResponse stored{200, {{"Content-Type", "application/json"}}, found_json, false};
+      o.response = std::move(stored);
+      auto recorded = co_await ledger_.record_outcome(std::move(o));
+      if (!recorded) {
+        auto down = refusal(policy::ReasonCode::ledger_unavailable, "the ledger could not record the reconciliation");
+        co_return down;
+      }
+      intent_ = *recorded;
+      replay_decision_ = "reconciled";
+    }
+    co_return v;
+  }
+
+  // ---- answers ---------------------------------------------------------
+
+  asio::awaitable<ForwardResult> replay(std::string_view decision) {
+    decision_ = replay_decision_.empty() ? std::string(decision) : replay_decision_;
+    answer_class_ = intent_.answer_class.empty() ? "ok" : intent_.answer_class;
+    if (!intent_.response) {
+      auto v = refusal(policy::ReasonCode::unclassified_fail_closed,
+                       "the call completed but its answer was not stored; receipt: " + intent_.receipt);
+      co_return co_await refuse(v);
+    }
+    auto const& stored = *intent_.response;
+    StringResponse res = client_response(stored.status, stored.headers, stored.body, version_, keep_alive_);
+    if (decision_ == "replayed") res.set("Idempotent-Replayed", "true");
+    attempt_ = intent_.attempts;
+    add_idemgate_headers(res);
+    co_return co_await write_response(res);
+  }
+
+  policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
+    policy::Verdict v;
+    v.kind = VerdictKind::refuse;
+    v.reason = reason;
+    v.http_status = policy::http_status_of(reason);
+    v.terminal = policy::terminal_of(reason);
+    v.detail = std::move(detail);
+    return v;
+  }
+
+  asio::awaitable<ForwardResult> ledger_down() {
+    auto v = refusal(policy::ReasonCode::ledger_unavailable,
+                     "the ledger could not be read or written; nothing was sent upstream");
+    v.retry_after = std::chrono::seconds(1);
+    co_return co_await refuse(v);
+  }
+
+  // The escalation package (SPEC section 4), persisted before it is written.
+  asio::awaitable<ForwardResult> refuse(const policy::Verdict& v) {
+    decision_ = "refused";
+    reason_code_ = std::string(policy::to_string(v.reason));
+    if (answer_class_.empty())
+      answer_class_ = v.reason == policy::ReasonCode::policy_deny || v.reason == policy::ReasonCode::pending_approval
+                          ? "policy_deny"
+                          : (intent_.answer_class.empty() ? "" : intent_.answer_class);
+    Problem p;
+    p.status = static_cast<unsigned>(v.http_status ? v.http_status : 403);
+    p.reason_code = reason_code_;
+    p.title = "Refused: " + reason_code_;
+    p.detail = v.detail;
+    if (v.retry_after) p.retry_after_s = static_cast<unsigned>(std::max<long>(1, (v.retry_after->count() + 999) / 1000));
+    auto& x = p.extra;
+    x["terminal"] = policy::to_string(v.terminal);
+    x["question_for_human"] = policy::question_for_human(v.reason);
+    x["tool"] = tool_.name;
+    x["run"] = run_;
+    x["fingerprint"] = fp_.hex;
+    x["idempotency_key"] = have_intent_ ? json::value(intent_.key) : json::value(nullptr);
+    x["attempts"] = have_intent_ ? intent_.attempts : attempt_;
+    x["bound"] = tool_.retry.bound;
+    x["trace_id"] = trace_id_;
+    x["calls_used"] = calls_used_;
+    x["budget"] = cfg_.runs.budget;
+    if (have_intent_) x["intent"] = intent_.id;
+    if (have_intent_ && !intent_.receipt.empty()) x["receipt"] = intent_.receipt;
+    if (malformed_) x["body_malformed"] = true;
+    bool const ledger_ok = v.reason != policy::ReasonCode::ledger_unavailable;
+    json::array tried;
+    if (ledger_ok) {
+      std::string run = run_;
+      auto intents = co_await ledger_.list_intents_by_run(std::move(run), 20);
+      if (intents) {
+        for (auto const& i : *intents)
+          tried.push_back(json::object{{"name", i.tool}, {"fingerprint", i.fingerprint}, {"class", i.answer_class}});
+      }
+    }
+    x["tools_tried"] = std::move(tried);
+    if (ledger_ok) {
+      ledger::EscalationRequest er;
+      er.run = run_;
+      if (have_intent_) er.intent_id = intent_.id;
+      er.reason_code = reason_code_;
+      er.package_json = problem_json(p);
+      auto id = co_await ledger_.persist_escalation(std::move(er));
+      if (id) x["escalation_id"] = *id;
+      if (have_intent_) {
+        std::string reason = reason_code_;
+        auto r = co_await ledger_.record_refusal(intent_.id, std::move(reason));
+        (void)r;
+      }
+    }
+    co_return co_await answer_problem_with_headers(p, true);
+  }
+
+  asio::awaitable<ForwardResult> answer_wait(unsigned status, std::string reason, std::string title,
+                                             const policy::Verdict& v) {
+    decision_ = "refused";
+    reason_code_ = reason;
+    Problem p;
+    p.status = status;
+    p.reason_code = std::move(reason);
+    p.title = std::move(title);
+    p.detail = v.detail;
+    auto const wait = v.retry_after ? *v.retry_after : std::chrono::milliseconds(1000);
+    p.retry_after_s = static_cast<unsigned>(std::max<long>(1, (wait.count() + 999) / 1000));
+    p.extra["tool"] = tool_.name;
+    p.extra["run"] = run_;
+    p.extra["fingerprint"] = fp_.hex;
+    if (have_intent_) {
+      p.extra["idempotency_key"] = intent_.key;
+      p.extra["intent"] = intent_.id;
+      p.extra["attempts"] = intent_.attempts;
+    }
+    p.extra["bound"] = tool_.retry.bound;
+    p.extra["trace_id"] = trace_id_;
+    co_return co_await answer_problem_with_headers(p, false);
+  }
+
+  asio::awaitable<ForwardResult> answer_problem_with_headers(const Problem& p, bool refusal) {
+    http::fields extra;
+    fill_idemgate_headers(extra);
+    if (refusal && !tool_.should_retry_header.empty()) extra.set(tool_.should_retry_header, "false");
+    worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+    bool const ok = co_await send_problem(client_, p, version_, keep_alive_, cfg_.timeouts.client_header, &extra);
+    if (reason_code_.empty()) reason_code_ = p.reason_code;
+    log_decision(p.status);
+    co_return ForwardResult{ok && keep_alive_};
+  }
+
+  void fill_idemgate_headers(http::fields& f) {
+    if (!answer_class_.empty()) f.set("Idemgate-Class", answer_class_);
+    f.set("Idemgate-Decision", decision_);
+    if (have_intent_ && is_write_) f.set("Idemgate-Key", intent_.key);
+    int const shown = attempt_ ? attempt_ : (have_intent_ ? intent_.attempts : 0);
+    f.set("Idemgate-Attempt", std::to_string(shown) + "/" + std::to_string(tool_.retry.bound + 1));
+    if (have_intent_) f.set("Idemgate-Intent", std::to_string(intent_.id));
+    f.set("Idemgate-Tool", tool_.name);
+  }
+
+  void add_idemgate_headers(StringResponse& res) {
+    http::fields f;
+    fill_idemgate_headers(f);
+    for (auto const& h : f) res.set(h.name_string(), h.value());
+  }
+
+  asio::awaitable<ForwardResult> write_response(StringResponse& res) {
+    client_.expires_after(cfg_.timeouts.idle);
+    auto [ec, n] = co_await http::async_write(client_, res, use_tuple);
+    log_decision(res.result_int());
+    co_return ForwardResult{!ec && keep_alive_};
+  }
+
+  void log_decision(unsigned status) {
+    auto const us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start_);
+    json::object o{{"run", run_},
+                   {"tool", tool_.name},
+                   {"class", answer_class_},
+                   {"decision", decision_},
+                   {"key", have_intent_ && is_write_ ? json::value(intent_.key) : json::value(nullptr)},
+                   {"attempt", attempt_},
+                   {"bound", tool_.retry.bound},
+                   {"status", status},
+                   {"method", req_.method_string()},
+                   {"host", target_.host},
+                   {"fingerprint", fp_.hex},
+                   {"trace_id", trace_id_},
+                   {"latency_ms", us.count() / 1000},
+                   {"latency_us", us.count()}};
+    if (!reason_code_.empty()) o["reason_code"] = reason_code_;
+    if (have_intent_) o["intent"] = intent_.id;
+    log_event("decision", std::move(o));
+  }
+
+  beast::tcp_stream& client_;
+  beast::flat_buffer& cbuf_;
+  http::request_parser<http::buffer_body>& parser_;
+  http::request<http::buffer_body>& req_;
+  const Target& target_;
+  const policy::Tool& tool_;
+  const config::Config& cfg_;
+  Worker& worker_;
+  ledger::Ledger& ledger_;
+  bool const is_write_;
+  unsigned const version_;
+  std::chrono::steady_clock::time_point const start_ = std::chrono::steady_clock::now();
+
+  std::string body_;
+  std::string run_;
+  std::string trace_id_;
+  std::string agent_key_;
+  policy::Fingerprint fp_;
+  std::vector<std::string> missing_;
+  bool malformed_ = false;
+  bool keep_alive_ = false;
+  ledger::Intent intent_;
+  bool have_intent_ = false;
+  int attempt_ = 0;
+  std::int64_t calls_used_ = 0;
+  bool held_ = false;
+  bool reconciling_ = false;
+  std::string decision_ = "forwarded";
+  std::string replay_decision_;
+  std::string answer_class_;
+  std::string reason_code_;
+};
+
+}  // namespace
+
+asio::awaitable<ForwardResult> guard_request(beast::tcp_stream& client, beast::flat_buffer& client_buffer,
+                                             http::request_parser<http::buffer_body>& parser, const Target& target,
+                                             const policy::Tool& tool, const config::Config& cfg, Worker& worker,
+                                             std::optional<std::string> body) {
+  Guard guard(client, client_buffer, parser, target, tool, cfg, worker);
+  co_return co_await guard.run(std::move(body));
+}
+
+asio::awaitable<ForwardResult> forward_buffered(beast::tcp_stream& client,
+                                                http::request_parser<http::buffer_body>& parser, const Target& target,
+                                                std::string body, const config::Config& cfg, Worker& worker) {
+  auto& req = parser.get();
+  bool const keep_alive = req.keep_alive() && !worker.draining();
+  StringRequest out = upstream_request(req, target, std::move(body));
+  auto answer = co_await exchange(target, out, cfg, worker, 64ull * 1024 * 1024);
+  if (answer.outcome != policy::TransportOutcome::answered) {
+    Problem const p = *answer.problem;
+    co_await send_problem(client, p, req.version(), false, cfg.timeouts.client_header);
+    co_return ForwardResult{false};
+  }
+  StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
+                                       std::move(answer.response.body()), req.version(), keep_alive);
+  client.expires_after(cfg.timeouts.idle);
+  auto [ec, n] = co_await http::async_write(client, res, use_tuple);
+  co_return ForwardResult{!ec && keep_alive};
+}
+
+}  // namespace idemgate::proxy

@@ -1,0 +1,78 @@
+// Identifiers and encodings (see ids.hpp).
+#include "proxy/ids.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <array>
+#include <stdexcept>
+#include <vector>
+
+namespace idemgate::proxy {
+
+namespace {
+constexpr char kHex[] = "0123456789abcdef";
+
+void fill_random(unsigned char* p, std::size_t n) {
+  // RAND_bytes only fails when the CSPRNG cannot be seeded; a key from a weak
+  // source would be worse than no request at all.
+  if (RAND_bytes(p, static_cast<int>(n)) != 1) throw std::runtime_error("CSPRNG unavailable");
+}
+}  // namespace
+
+std::string mint_uuid_v4() {
+  std::array<unsigned char, 16> b;
+  fill_random(b.data(), b.size());
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // version 4
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  std::string out;
+  out.reserve(36);
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[b[i] >> 4];
+    out += kHex[b[i] & 0x0f];
+  }
+  return out;
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::vector<unsigned char> b(bytes);
+  fill_random(b.data(), b.size());
+  std::string out;
+  for (auto c : b) {
+    out += kHex[c >> 4];
+    out += kHex[c & 0x0f];
+  }
+  return out;
+}
+
+std::string decode_base64(std::string_view text) {
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  if (text.empty() || text.size() % 4 != 0 || text.size() > 4096) return {};
+  std::string out(text.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return {};
+  std::size_t pad = 0;
+  if (text.back() == '=') ++pad;
+  if (text.size() > 1 && text[text.size() - 2] == '=') ++pad;
+  out.resize(static_cast<std::size_t>(n) - pad);
+  return out;
+}
+
+std::string percent_encode_component(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4] - (kHex[c >> 4] >= 'a' ? 32 : 0);
+      out += kHex[c & 0x0f] - (kHex[c & 0x0f] >= 'a' ? 32 : 0);
+    }
+  }
+  return out;
+}
+
+}  // namespace idemgate::proxy
