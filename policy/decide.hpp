@@ -54,7 +54,12 @@ enum class IntentState {
   unavailable,  // the ledger could not be read or written: fail closed
 };
 
-// The ledger's view of the intent with this fingerprint.
+// The ledger's view of the intent with this fingerprint. From ledger::Intent:
+//   reserved, dispatched -> in_flight; completed -> completed; denied -> denied;
+//   unknown -> unknown; retryable -> retryable; no live row -> none; a ledger
+//   error -> unavailable. last_class = parse_answer_class(intent.answer_class),
+//   attempts, key, unknown_since and retry_not_before as stored; approved
+//   when an operator approved the intent's escalation.
 struct IntentView {
   IntentState state = IntentState::none;
   std::string key;                            // the key minted before the first dispatch
