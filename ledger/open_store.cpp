@@ -5,6 +5,7 @@
 #include "ledger/sqlite_store.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace idemgate::ledger {
 
@@ -12,7 +13,11 @@ Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& co
   std::vector<std::unique_ptr<Store>> stores;
   const std::string& url = config.url;
   if (url.starts_with("sqlite:")) {
-    auto store = SqliteStore::open(url.substr(7), config.statement_timeout);
+    // The default ./var/ledger.db must work on a fresh checkout.
+    std::filesystem::path path(url.substr(7));
+    std::error_code ec;
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+    auto store = SqliteStore::open(path.string(), config.statement_timeout);
     if (!store) return store.error();
     stores.push_back(std::move(*store));
   } else if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {

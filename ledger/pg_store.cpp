@@ -9,6 +9,8 @@
 
 #include <pqxx/pqxx>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -112,6 +114,16 @@ std::string with_bounds(std::string url) {
   return url;
 }
 
+// An idle connection has nothing to read: if its socket is readable (or hung
+// up), the server ended the session (restart, admin shutdown, idle timeout).
+// Checking before use turns a restart into a reconnect instead of a failed
+// call, and keeps libpqxx away from the dead connection.
+bool ended_by_server(int socket) {
+  if (socket < 0) return true;
+  pollfd p{socket, POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
 }  // namespace
 
 struct PgStore::Connection {
@@ -127,7 +139,7 @@ PgStore::~PgStore() = default;
 void PgStore::drop_connection() { connection_.reset(); }
 
 error_code PgStore::connect() {
-  if (connection_ && connection_->c.is_open()) return {};
+  if (connection_ && connection_->c.is_open() && !ended_by_server(connection_->c.sock())) return {};
   connection_.reset();
   auto now = std::chrono::steady_clock::now();
   if (now < next_connect_) return errc::unavailable;

@@ -51,13 +51,13 @@ LEDGER_CONFORMANCE(sixty_four_reservers, "64 concurrent reservers of one fingerp
 LEDGER_CONFORMANCE(two_replicas, "two Ledgers on one database racing: one winner") {
   auto a = open_ledger(backend, "replica-a");
   auto b = open_ledger(backend, "replica-b");
-  expect_one_winner(race({a.get(), b.get()}, 64, "fp-two-replicas"));
+  auto results = race({a.get(), b.get()}, 64, "fp-two-replicas");
+  expect_one_winner(results);
 
   // And the attempt compare-and-set across both: one dispatch.
-  auto id = run(a->find_intent_by_key("key-0"));
-  REQUIRE(id.has_value());
+  auto id = results.front()->intent.id;
   std::vector<boost::asio::awaitable<Result<AttemptStart>>> ops;
-  for (int i = 0; i < 32; ++i) ops.push_back((i % 2 ? a : b)->begin_attempt(id->id, 3));
+  for (int i = 0; i < 32; ++i) ops.push_back((i % 2 ? a : b)->begin_attempt(id, 3));
   int started = 0;
   for (const auto& r : run_all(std::move(ops), 4)) {
     REQUIRE_MESSAGE(r.has_value(), r.error().message());
