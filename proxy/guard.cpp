@@ -9,6 +9,7 @@
 #include "policy/fingerprint.hpp"
 #include "policy/json_pointer.hpp"
 #include "policy/reason.hpp"
+#include "policy/reconcile.hpp"
 #include "proxy/exchange.hpp"
 #include "proxy/ids.hpp"
 #include "proxy/log.hpp"
@@ -78,16 +79,8 @@ policy::IntentState view_state(ledger::IntentState s) {
   return policy::IntentState::unavailable;
 }
 
-// The receipt (the provider's id for the effect) at the tool's pointer.
-std::string receipt_of(const policy::Tool& tool, std::string_view body) {
-  if (tool.receipt.empty() || body.empty()) return {};
-  boost::system::error_code ec;
-  auto v = json::parse(body, ec);
-  if (ec) return {};
-  auto const* at = policy::find_pointer(v, tool.receipt);
-  if (!at) return {};
-  if (at->is_string()) return std::string(at->as_string());
-  return json::serialize(*at);
+std::string receipt_from(const policy::Tool& tool, std::string_view body) {
+  return policy::receipt_of(tool, body).value_or(std::string());
 }
 
 ledger::IntentState ledger_state_for(AnswerClass c) {
@@ -98,36 +91,6 @@ ledger::IntentState ledger_state_for(AnswerClass c) {
     case AnswerClass::unknown: return ledger::IntentState::unknown;
     default: return ledger::IntentState::denied;
   }
-}
-
-// Expands {key}, {receipt} and {/json/pointer} in a reconcile query URL.
-std::string expand_template(std::string_view tpl, const std::string& key, const std::string& receipt,
-                            const std::optional<json::value>& body) {
-  std::string out;
-  for (std::size_t i = 0; i < tpl.size();) {
-    if (tpl[i] != '{') {
-      out += tpl[i++];
-      continue;
-    }
-    auto close = tpl.find('}', i);
-    if (close == std::string_view::npos) {
-      out += tpl.substr(i);
-      break;
-    }
-    auto name = tpl.substr(i + 1, close - i - 1);
-    std::string value;
-    if (name == "key") {
-      value = key;
-    } else if (name == "receipt") {
-      value = receipt;
-    } else if (!name.empty() && name.front() == '/' && body) {
-      if (auto const* at = policy::find_pointer(*body, name))
-        value = at->is_string() ? std::string(at->as_string()) : json::serialize(*at);
-    }
-    out += percent_encode_component(value);
-    i = close + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -463,7 +426,7 @@ private:
     o.answer_class = answer_class_;
     if (answer.outcome == policy::TransportOutcome::answered) {
       o.status = answer.response.result_int();
-      o.receipt = receipt_of(tool_, answer.response.body());
+      o.receipt = receipt_from(tool_, answer.response.body());
       ledger::StoredResponse stored{answer.response.result_int(), headers_of(answer.response), answer.response.body(),
                                     false};
       o.response = std::move(stored);
@@ -554,32 +517,29 @@ private:
   asio::awaitable<policy::Verdict> reconcile_by_query() {
     reconciling_ = true;
     auto const& q = tool_.reconcile.query;
-    std::string const url = expand_template(q.url, intent_.key, intent_.receipt, fp_.body);
-    auto qt = parse_absolute_target(url);
+    policy::TemplateValues values{intent_.key, intent_.receipt, fp_.body ? &*fp_.body : nullptr};
+    auto const url = policy::expand_url_template(q.url, values);
+    auto qt = url ? parse_absolute_target(*url) : std::nullopt;
     policy::QueryOutcome outcome = policy::QueryOutcome::failed;
     std::string found_json;
     if (qt && qt->scheme == "http") {
       StringRequest qr{http::string_to_verb(q.method), qt->origin_form, 11};
       qr.set(http::field::host, qt->authority());
-      // Credentials the agent sent for this provider are needed to ask it.
-      for (auto name : {http::field::authorization}) {
-        auto v = req_[name];
-        if (!v.empty()) qr.set(name, v);
-      }
+      // Asking the provider needs the credentials the agent sent it.
       for (auto const& f : req_) {
-        if (beast::iequals(f.name_string(), "x-api-key")) qr.set(f.name_string(), f.value());
+        if (f.name() == http::field::authorization || beast::iequals(f.name_string(), "x-api-key"))
+          qr.set(f.name_string(), f.value());
       }
       auto answer = co_await exchange(*qt, qr, cfg_, worker_, 8ull * 1024 * 1024);
       if (answer.outcome == policy::TransportOutcome::answered) {
         int const status = answer.response.result_int();
-        boost::system::error_code ec;
-        auto v = json::parse(answer.response.body(), ec);
-        json::value const* at = nullptr;
-        if (!ec) at = q.found.empty() ? &v : policy::find_pointer(v, q.found);
-        if (status / 100 == 2 && at && !at->is_null()) {
+        if (status / 100 == 2 && policy::query_found(q, answer.response.body())) {
           outcome = policy::QueryOutcome::found;
-          found_json = json::serialize(*at);
-        } else if (status == 404 || (status / 100 == 2 && !ec)) {
+          boost::system::error_code ec;
+          auto v = json::parse(answer.response.body(), ec);
+          auto const* at = ec ? nullptr : (q.found.empty() ? &v : policy::find_pointer(v, q.found));
+          found_json = at ? json::serialize(*at) : answer.response.body();
+        } else if (status == 404 || status / 100 == 2) {
           outcome = policy::QueryOutcome::not_found;
         }
       }
@@ -595,7 +555,7 @@ private:
       o.state = ledger::IntentState::completed;
       o.answer_class = "ok";
       o.status = 200;
-      o.receipt = receipt_of(tool_, found_json);
+      o.receipt = receipt_from(tool_, found_json);
       ledger::StoredResponse stored{200, {{"Content-Type", "application/json"}}, found_json, false};
       o.response = std::move(stored);
       auto recorded = co_await ledger_.record_outcome(std::move(o));

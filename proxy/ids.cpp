@@ -61,18 +61,4 @@ std::string decode_base64(std::string_view text) {
   return out;
 }
 
-std::string percent_encode_component(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4] - (kHex[c >> 4] >= 'a' ? 32 : 0);
-      out += kHex[c & 0x0f] - (kHex[c & 0x0f] >= 'a' ? 32 : 0);
-    }
-  }
-  return out;
-}
-
 }  // namespace idemgate::proxy

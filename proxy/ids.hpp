@@ -1,6 +1,5 @@
 // Identifiers and small encodings: idempotency keys (UUIDv4 from the OS
-// CSPRNG via OpenSSL), trace ids, base64 for Proxy-Authorization, and
-// percent-encoding for reconcile query templates.
+// CSPRNG via OpenSSL), trace ids and base64 for Proxy-Authorization.
 #pragma once
 
 #include <string>
@@ -11,6 +10,5 @@ namespace idemgate::proxy {
 std::string mint_uuid_v4();
 std::string random_hex(std::size_t bytes);
 std::string decode_base64(std::string_view text);  // "" when invalid
-std::string percent_encode_component(std::string_view text);
 
 }  // namespace idemgate::proxy

@@ -1,7 +1,9 @@
 // idemgate's command line: wires the layers together and does nothing else.
 #include "config/check.hpp"
 #include "config/config.hpp"
+#include "proxy/ops_cli.hpp"
 #include "proxy/server.hpp"
+#include "tls/ca.hpp"
 
 #include <cstring>
 #include <iostream>
@@ -19,7 +21,12 @@ constexpr std::string_view kUsage =
     "usage:\n"
     "  idemgate --version\n"
     "  idemgate serve --config FILE [--port-file FILE]\n"
-    "  idemgate check-config FILE\n";
+    "  idemgate check-config FILE\n"
+    "  idemgate ca init [--dir DIR] [--force]\n"
+    "  idemgate ledger migrate --config FILE\n"
+    "  idemgate escalations list|resolve ... --config FILE\n"
+    "  idemgate intents show (--key K | --id N | --run R) --config FILE\n"
+    "  idemgate runs show|unfreeze|kill RUN --config FILE\n";
 
 int usage_error(std::string_view why) {
   std::cerr << "idemgate: " << why << "\n" << kUsage;
@@ -66,5 +73,10 @@ int main(int argc, char** argv) {
     if (rest.size() != 1) return usage_error("check-config needs exactly one FILE");
     return idemgate::config::check_config_main(std::string(rest.front()), std::cout, std::cerr);
   }
+  if (cmd == "ca" && !rest.empty() && rest.front() == "init") {
+    std::vector<std::string_view> ca_args(rest.begin() + 1, rest.end());
+    return idemgate::tls::ca_init_main(std::span<const std::string_view>(ca_args), std::cout, std::cerr);
+  }
+  if (idemgate::proxy::is_ops_command(args)) return idemgate::proxy::run_ops_command(args, std::cout, std::cerr);
   return usage_error("unknown command '" + std::string(cmd) + "'");
 }

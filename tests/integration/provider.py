@@ -1,0 +1,160 @@
+"""A Stripe-like provider simulator for enforcement tests.
+
+It applies effects (charges) and records every request, every key it saw and
+every effect it applied, so a test can count duplicates. Like Stripe it
+honours Idempotency-Key: a key it has seen gets the stored answer back and
+applies nothing. Faults are scripted per request, in order:
+
+  provider.script("commit_then_drop")  # apply the effect, then drop the connection
+  provider.script("status", 429, {"Retry-After": "1"})
+  provider.script("status", 500, {"Stripe-Should-Retry": "false"})
+  provider.script("hold")              # apply, then wait for release() before answering
+  provider.script("drop_before")       # drop the connection without applying anything
+
+Paths: POST /v1/charges (money), POST /v1/tickets (write), GET /v1/items/ID
+(read), GET /v1/charges/search?key=K (lookup by idempotency key: the
+reconcile query).
+"""
+import json
+import socket
+import socketserver
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _send(self, status, payload, headers=None):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _handle(self):
+        p = self.server.owner
+        body = self._body()
+        url = urllib.parse.urlsplit(self.path)
+        key = self.headers.get("Idempotency-Key")
+        p._record(self.command, self.path, dict(self.headers.items()), body, key)
+        if self.command == "GET" and url.path == "/v1/charges/search":
+            wanted = dict(urllib.parse.parse_qsl(url.query)).get("key")
+            found = [e for e in p.effects_snapshot() if e["key"] == wanted]
+            return self._send(200, {"object": "list", "data": found})
+        if self.command == "GET" and url.path.startswith("/v1/items/"):
+            fault = p._next_fault()
+            if fault and fault[0] == "status":
+                return self._send(fault[1], {"error": "scripted"}, fault[2])
+            return self._send(200, {"id": url.path.rsplit("/", 1)[-1]})
+        if self.command == "POST" and url.path in ("/v1/charges", "/v1/tickets", "/v1/refunds"):
+            fault = p._next_fault()
+            if fault and fault[0] == "status":
+                return self._send(fault[1], {"error": {"message": "scripted %d" % fault[1]}}, fault[2])
+            if fault and fault[0] == "drop_before":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            with p._lock:
+                if key and key in p._by_key:
+                    stored = p._by_key[key]
+                    replay = True
+                else:
+                    replay = False
+                    p._seq += 1
+                    effect = {"id": "ch_%d" % p._seq, "key": key, "body": body.decode(errors="replace"),
+                              "path": url.path}
+                    p.effects.append(effect)
+                    stored = effect
+                    if key:
+                        p._by_key[key] = effect
+                    p._cond.notify_all()
+            if fault and fault[0] == "commit_then_drop" and not replay:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if fault and fault[0] == "hold" and not replay:
+                p._held.set()
+                p._release.wait(30)
+            headers = {"Idempotent-Replayed": "true"} if replay else {}
+            return self._send(200, {"id": stored["id"], "object": "charge"}, headers)
+        return self._send(404, {"error": "no such path"})
+
+    do_GET = do_POST = _handle
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Provider:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.requests = []  # (monotonic time, method, path, headers, body, key)
+        self.effects = []
+        self._by_key = {}
+        self._seq = 0
+        self._faults = []
+        self._held = threading.Event()
+        self._release = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.owner = self
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def script(self, kind, status=0, headers=None):
+        with self._lock:
+            self._faults.append((kind, status, headers or {}))
+
+    def _next_fault(self):
+        with self._lock:
+            return self._faults.pop(0) if self._faults else None
+
+    def _record(self, method, path, headers, body, key):
+        with self._cond:
+            self.requests.append((time.monotonic(), method, path, headers, body, key))
+            self._cond.notify_all()
+
+    def effects_snapshot(self):
+        with self._lock:
+            return list(self.effects)
+
+    def writes(self, path="/v1/charges"):
+        with self._lock:
+            return [r for r in self.requests if r[1] == "POST" and r[2] == path]
+
+    def keys_seen(self, path="/v1/charges"):
+        return {r[5] for r in self.writes(path)}
+
+    def wait_held(self, timeout=10):
+        if not self._held.wait(timeout):
+            raise AssertionError("the held request never reached the provider")
+
+    def release(self):
+        self._release.set()

@@ -1,0 +1,288 @@
+"""Enforcement on the wire (SPEC section 2 and 4), one test per golden
+fixture of seeds/retry-or-escalate.txt plus replay, concurrency and money
+cases. Each runs on both ledger backends against a provider simulator that
+counts every effect and every key."""
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from enforce_common import Backends, escalations  # noqa: E402
+from harness import BIN  # noqa: E402
+
+CHARGE = {"amount": 1000, "currency": "eur", "customer": "cus_1"}
+
+
+class EnforcementCases:
+    def assert_refused(self, answer, reason, status=None):
+        self.assertEqual(answer.header("content-type"), "application/problem+json", answer.body)
+        problem = answer.json()
+        self.assertEqual(problem["reason_code"], reason, problem)
+        if status:
+            self.assertEqual(answer.status, status)
+        self.assertEqual(answer.header("idemgate-decision"), "refused")
+        return problem
+
+    # auth-401-write: Write tool returns 401 -> escalate tool_auth_error;
+    # fail if any second execute of that tool.
+    def test_auth_401_write(self):
+        self.provider.script("status", 401)
+        first = self.call("POST", "/v1/charges", CHARGE)
+        self.assertEqual(first.status, 401)
+        self.assertEqual(first.header("idemgate-class"), "auth")
+        again = self.call("POST", "/v1/charges", CHARGE)
+        self.assert_refused(again, "run_frozen", 403)
+        other = self.call("POST", "/v1/tickets", {"title": "x"})
+        self.assert_refused(other, "run_frozen", 403)
+        read = self.call("GET", "/v1/items/1")  # reads are not frozen
+        self.assertEqual(read.status, 200)
+        self.assertEqual(len(self.provider.writes()), 1)
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 0)
+        packages = [e for e in escalations(self.proxy) if e["run"] == self.run_id]
+        self.assertTrue(any(e["reason_code"] == "run_frozen" for e in packages), packages)
+        # An operator unfreezes the run; the same charge is still a known auth
+        # denial and is refused, a new write goes through.
+        out = subprocess.run([BIN, "runs", "unfreeze", self.run_id, "--config", self.proxy.config_path],
+                             capture_output=True, cwd=self.proxy.dir, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assert_refused(self.call("POST", "/v1/charges", CHARGE), "tool_auth_error")
+        self.assertEqual(self.call("POST", "/v1/tickets", {"title": "x"}).status, 200)
+        self.assertEqual(len(self.provider.writes()), 1)
+
+    # policy-deny-refund: the gate denies issue_refund; fail if refund HTTP happens.
+    def test_policy_deny_refund(self):
+        answer = self.call("POST", "/v1/refunds", {"charge": "ch_1"})
+        problem = self.assert_refused(answer, "policy_deny", 403)
+        for member in ("terminal", "question_for_human", "tool", "run", "fingerprint", "attempts", "bound",
+                       "tools_tried", "trace_id"):
+            self.assertIn(member, problem)
+        self.assertEqual(problem["tool"], "pay.refund")
+        self.assertEqual(answer.header("stripe-should-retry"), "false")
+        self.assertEqual(len(self.provider.writes("/v1/refunds")), 0)
+        packages = [e for e in escalations(self.proxy) if e["run"] == self.run_id]
+        self.assertTrue(any(e["reason_code"] == "policy_deny" for e in packages), packages)
+
+    # retry-429-then-ok: first read 429, second 200; fail on an immediate re-call with no wait.
+    def test_retry_429_then_ok(self):
+        self.provider.script("status", 429, {"Retry-After": "1"})
+        first = self.call("GET", "/v1/items/42")
+        self.assertEqual(first.status, 429)
+        self.assertEqual(first.header("idemgate-class"), "rate_limited")
+        second = self.call("GET", "/v1/items/42")
+        self.assertEqual(second.status, 200)
+        self.assertEqual(second.header("idemgate-decision"), "held")
+        gets = [r for r in self.provider.requests if r[1] == "GET"]
+        self.assertEqual(len(gets), 2)
+        self.assertGreaterEqual(gets[1][0] - gets[0][0], 0.95, "the retry did not wait out Retry-After")
+
+    # timeout-charge-same-key: the provider commits, then the connection drops.
+    # The agent retries with no key, a fresh key each time, and a stable key:
+    # exactly one effect, and the provider never sees a second key.
+    def test_timeout_charge_same_key(self):
+        for variant in ("none", "fresh", "stable"):
+            with self.subTest(variant):
+                run = self.run_id + "-" + variant
+                body = dict(CHARGE, customer="cus_" + variant)
+                self.provider.script("commit_then_drop")
+
+                def headers(i):
+                    if variant == "fresh":
+                        return {"Idempotency-Key": "agent-%s-%d" % (variant, i)}
+                    if variant == "stable":
+                        return {"Idempotency-Key": "agent-stable"}
+                    return {}
+
+                first = self.call("POST", "/v1/charges", body, headers(0), run=run)
+                problem = self.assert_refused(first, "money_unknown", 504)
+                key = problem["idempotency_key"]
+                self.assertTrue(key)
+                for i in range(1, 4):
+                    again = self.call("POST", "/v1/charges", body, headers(i), run=run)
+                    self.assertEqual(again.status, 200, again.body)
+                    self.assertEqual(again.header("idemgate-key"), key)
+                effects = [e for e in self.provider.effects_snapshot() if "cus_" + variant in e["body"]]
+                self.assertEqual(len(effects), 1, effects)
+                keys = {r[5] for r in self.provider.writes() if b"cus_" + variant.encode() in r[4]}
+                self.assertEqual(keys, {key}, "the provider saw more than one key for one intent")
+
+    # same-fingerprint-3x: identical args, retryable 5xx -> tool_retry_exhausted at the bound.
+    def test_same_fingerprint_3x(self):
+        for _ in range(3):
+            self.provider.script("status", 503)
+        answers = [self.call("POST", "/v1/tickets", {"title": "printer on fire"}) for _ in range(4)]
+        self.assertEqual([a.status for a in answers[:3]], [503, 503, 503])
+        self.assertEqual(answers[0].header("idemgate-attempt"), "1/3")
+        self.assertEqual(answers[2].header("idemgate-attempt"), "3/3")
+        problem = self.assert_refused(answers[3], "tool_retry_exhausted")
+        self.assertNotIn(answers[3].status, (408, 409, 429, 500, 502, 503, 504))
+        self.assertEqual(problem["attempts"], 3)
+        self.assertEqual(problem["bound"], 2)
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 3)  # bound + 1
+        keys = {r[5] for r in self.provider.writes("/v1/tickets")}
+        self.assertEqual(len(keys), 1)
+
+    # schema-fail-twice: 422, the model "fixes" it, 422 again -> escalate; fail on a third payload.
+    def test_schema_fail_twice(self):
+        self.provider.script("status", 422)
+        self.provider.script("status", 422)
+        a = self.call("POST", "/v1/tickets", {"title": "a"})
+        b = self.call("POST", "/v1/tickets", {"title": "b"})
+        self.assertEqual((a.status, b.status), (422, 422))
+        self.assertEqual(a.header("idemgate-class"), "validation")
+        c = self.call("POST", "/v1/tickets", {"title": "c"})
+        self.assert_refused(c, "validation_repeated")
+        again = self.call("POST", "/v1/tickets", {"title": "a"})
+        self.assert_refused(again, "validation_repeated")
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 2)
+
+    def test_replay_after_completion(self):
+        first = self.call("POST", "/v1/charges", CHARGE)
+        self.assertEqual(first.status, 200)
+        self.assertEqual(first.header("idemgate-decision"), "forwarded")
+        for _ in range(5):
+            again = self.call("POST", "/v1/charges", dict(reversed(list(CHARGE.items()))))  # same JSON, keys reordered
+            self.assertEqual(again.status, 200)
+            self.assertEqual(again.header("idempotent-replayed"), "true")
+            self.assertEqual(again.header("idemgate-decision"), "replayed")
+            self.assertEqual(again.json(), first.json())
+            self.assertEqual(again.header("idemgate-key"), first.header("idemgate-key"))
+        self.assertEqual(len(self.provider.writes()), 1)
+
+    def test_concurrent_identical_requests_one_effect(self):
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            a = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_concurrent"))
+            with lock:
+                results.append(a)
+
+        threads = [threading.Thread(target=one) for _ in range(50)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(len(results), 50)
+        self.assertEqual(len(self.provider.effects_snapshot()), 1)
+        for a in results:
+            self.assertIn(a.status, (200, 409), a.body)
+            if a.status == 409:
+                self.assertTrue(a.header("retry-after"))
+        self.assertEqual(len(self.provider.writes()), 1)
+
+    def test_402_money_rejected(self):
+        self.provider.script("status", 402)
+        first = self.call("POST", "/v1/charges", CHARGE)
+        self.assertEqual(first.status, 402)
+        self.assertEqual(first.header("idemgate-class"), "money_rejected")
+        again = self.call("POST", "/v1/charges", CHARGE)
+        problem = self.assert_refused(again, "money_rejected")
+        self.assertNotIn(again.status, (408, 409, 429, 500, 502, 503, 504))
+        self.assertEqual(problem["idempotency_key"], first.header("idemgate-key"))
+        self.assertEqual(len(self.provider.writes()), 1)
+
+    def test_stripe_should_retry_false(self):
+        self.provider.script("status", 500, {"Stripe-Should-Retry": "false"})
+        first = self.call("POST", "/v1/charges", CHARGE)
+        self.assertEqual(first.status, 500)
+        self.assertNotIn(first.header("idemgate-class"), ("transient", "rate_limited", "ok"))
+        again = self.call("POST", "/v1/charges", CHARGE)
+        self.assertEqual(again.header("idemgate-decision"), "refused")
+        self.assertEqual(again.header("stripe-should-retry"), "false")
+        self.assertEqual(len(self.provider.writes()), 1)
+
+    def test_ledger_busy_gives_503_and_sends_nothing(self):
+        if self.BACKEND != "sqlite":
+            self.skipTest("the PostgreSQL outage has its own test (test_enforce_pg_down)")
+        import sqlite3
+        db = sqlite3.connect(os.path.join(self.proxy.dir, "ledger.db"), timeout=1, isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        try:
+            answer = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_locked"))
+        finally:
+            db.execute("ROLLBACK")
+            db.close()
+        self.assert_refused(answer, "ledger_unavailable", 503)
+        self.assertTrue(answer.header("retry-after"))
+        self.assertEqual(len(self.provider.writes()), 0)
+
+    def test_sigkill_after_dispatch_then_retry_reconciles(self):
+        self.provider.script("hold")
+        result = {}
+
+        def charge():
+            try:
+                result["answer"] = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_kill"))
+            except Exception as e:  # the proxy dies under this request
+                result["error"] = e
+
+        t = threading.Thread(target=charge)
+        t.start()
+        self.provider.wait_held()
+        self.proxy.proc.kill()
+        self.proxy.proc.wait(10)
+        t.join(30)
+        self.provider.release()
+        restarted = self.start_proxy(self.proxy.dir)
+        again = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_kill"), proxy=restarted)
+        self.assertEqual(again.status, 200, again.body)
+        self.assertEqual(again.header("idemgate-decision"), "reconciled")
+        self.assertEqual(len(self.provider.effects_snapshot()), 1)
+        self.assertEqual(len(self.provider.keys_seen()), 1)
+
+
+class QueryReconcileCases:
+    TICKET_RECONCILE = "query"
+
+    def test_query_found(self):
+        self.provider.script("commit_then_drop")
+        first = self.call("POST", "/v1/tickets", {"title": "found"})
+        problem = first.json()
+        self.assertEqual(problem["reason_code"], "tool_outcome_unknown")
+        again = self.call("POST", "/v1/tickets", {"title": "found"})
+        self.assertEqual(again.status, 200, again.body)
+        self.assertEqual(again.header("idemgate-decision"), "reconciled")
+        self.assertEqual(again.json()["key"], problem["idempotency_key"])
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 1)
+
+    def test_query_not_found_waits_for_settle_then_resends_same_key(self):
+        # The provider drops the connection before applying anything.
+        self.provider.script("drop_before")
+        first = self.call("POST", "/v1/tickets", {"title": "lost"})
+        key = first.json()["idempotency_key"]
+        soon = self.call("POST", "/v1/tickets", {"title": "lost"})
+        self.assertEqual(soon.status, 409, soon.body)  # not found yet, settle not over: nothing sent
+        self.assertTrue(soon.header("retry-after"))
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 1)
+        deadline = time.monotonic() + 10
+        while True:
+            later = self.call("POST", "/v1/tickets", {"title": "lost"})
+            if later.status != 409 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # polling interval of a deadline-bounded wait
+        self.assertEqual(later.status, 200, later.body)
+        self.assertEqual({r[5] for r in self.provider.writes("/v1/tickets")}, {key})
+        self.assertEqual(len(self.provider.effects_snapshot()), 1)
+
+
+class SqliteEnforcement(Backends, EnforcementCases, unittest.TestCase):
+    BACKEND = "sqlite"
+
+
+class PostgresEnforcement(Backends, EnforcementCases, unittest.TestCase):
+    BACKEND = "postgresql"
+
+
+class SqliteQueryReconcile(QueryReconcileCases, Backends, unittest.TestCase):
+    BACKEND = "sqlite"
+
+
+class PostgresQueryReconcile(QueryReconcileCases, Backends, unittest.TestCase):
+    BACKEND = "postgresql"
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
