@@ -7,7 +7,12 @@
 //
 // Every call completes with a Result; errors to expect on the request path:
 // busy and unavailable (answer 503 ledger_unavailable, dispatch nothing),
-// illegal_transition, not_found, shutting_down.
+// illegal_transition, not_found, shutting_down. The Ledger must outlive the
+// calls awaiting it.
+//
+// GCC 12 miscompiles braced temporaries inside a co_await expression
+// (`co_await ledger.reserve_intent(request, {})` frees garbage): bind such
+// arguments to a named local first.
 #pragma once
 
 #include "config/config.hpp"

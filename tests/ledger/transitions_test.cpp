@@ -153,3 +153,25 @@ LEDGER_CONFORMANCE(refused_before_dispatch, "refused before dispatch: denied and
   CHECK(run(ledger->record_outcome(outcome(987654, 1, IntentState::completed, "ok"))).error() ==
         errc::not_found);
 }
+
+LEDGER_CONFORMANCE(from_a_coroutine, "the decision flow awaited from inside a coroutine") {
+  auto ledger = open_ledger(backend);
+  // What the enforcement layer does per request, on a network thread.
+  auto flow = [&]() -> boost::asio::awaitable<IntentState> {
+    auto request = reserve_request("fp-coro", "key-coro");
+    RequestSnapshot snapshot{"POST", "/v1/charges", {{"Content-Type", "application/json"}},
+                             R"({"amount":1})"};
+    auto charge = co_await ledger->count_call("run-1", 10, CallKind::write);
+    CHECK(charge->outcome == ChargeOutcome::counted);
+    auto reserved = co_await ledger->reserve_intent(request, snapshot);
+    CHECK(reserved->outcome == ReserveOutcome::reserved);
+    auto started = co_await ledger->begin_attempt(reserved->intent.id, 3);
+    CHECK(started->outcome == AttemptOutcome::started);
+    auto done = outcome(reserved->intent.id, started->attempt, IntentState::completed, "ok");
+    auto completed = co_await ledger->record_outcome(done);
+    auto replay = co_await ledger->begin_attempt(reserved->intent.id, 3);
+    CHECK(replay->outcome == AttemptOutcome::completed);
+    co_return completed->state;
+  };
+  CHECK(run(flow()) == IntentState::completed);
+}
