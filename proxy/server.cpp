@@ -99,11 +99,6 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
                           {"port", endpoint.port()},
                           {"threads", threads},
                           {"config", options.config_path}});
-  if (!options.port_file.empty()) {
-    std::string const tmp = options.port_file + ".tmp";
-    { std::ofstream(tmp) << endpoint.port() << "\n"; }
-    std::rename(tmp.c_str(), options.port_file.c_str());
-  }
 
   asio::io_context main_ioc{1};
   std::atomic<unsigned> finished{0};
@@ -165,6 +160,13 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
     signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
+  // Announced only now: a SIGHUP or SIGTERM sent as soon as the port is known
+  // must find the handlers installed.
+  if (!options.port_file.empty()) {
+    std::string const tmp = options.port_file + ".tmp";
+    { std::ofstream(tmp) << endpoint.port() << "\n"; }
+    std::rename(tmp.c_str(), options.port_file.c_str());
+  }
   main_ioc.run();
   for (auto& t : pool) t.join();
   log_event("stopped", {});
