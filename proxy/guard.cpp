@@ -261,9 +261,13 @@ private:
     intent_ = reservation->intent;
     have_intent_ = true;
     bool const fresh = reservation->outcome == ledger::ReserveOutcome::reserved;
-    if (reservation->outcome == ledger::ReserveOutcome::key_mismatch) in.agent_key.bound_to_other_fingerprint = true;
-    if (!fresh && use_agent_key && agent_key_ != intent_.key) in.agent_key.fingerprint_bound_to_other_key = true;
-    in.intent = view_of(intent_);
+    bool const mismatch = reservation->outcome == ledger::ReserveOutcome::key_mismatch;
+    if (!fresh && !mismatch && use_agent_key && agent_key_ != intent_.key)
+      in.agent_key.fingerprint_bound_to_other_key = true;
+    // A key bound to another payload says nothing about this payload's
+    // intent (the row returned is the other one): refuse on the key alone.
+    in.agent_key.bound_to_other_fingerprint = mismatch;
+    if (!mismatch) in.intent = view_of(intent_);
     if (tool_.policy == policy::PolicyAction::pending_approval) in.intent.approved = co_await approved(intent_.id);
 
     auto verdict = policy::decide(tool_, in, agent_key_);
