@@ -245,6 +245,10 @@ Awaitable<std::vector<Intent>> Ledger::list_intents_by_run(std::string run, int 
       [run = std::move(run), limit](Store& s) { return s.list_intents_by_run(run, limit); });
 }
 
+Awaitable<std::vector<Intent>> Ledger::list_unknown_past_ttl(int limit) {
+  return call<std::vector<Intent>>([limit](Store& s) { return s.list_unknown_past_ttl(limit); });
+}
+
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
   return call<RunCharge>(
       [run = std::move(run), budget, kind](Store& s) { return s.count_call(run, budget, kind); });

@@ -84,6 +84,9 @@ class Ledger {
   Awaitable<Intent> find_intent_by_key(std::string key);
   Awaitable<std::vector<Intent>> list_intents_by_run(std::string run, int limit = 100);
 
+  // Unknown intents past their TTL, oldest first: escalate each.
+  Awaitable<std::vector<Intent>> list_unknown_past_ttl(int limit = 100);
+
   Awaitable<RunCharge> count_call(std::string run, std::int64_t budget, CallKind kind);
   Awaitable<Run> find_run(std::string run);
   Awaitable<Run> freeze_run(std::string run, std::string reason);

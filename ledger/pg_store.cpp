@@ -424,6 +424,17 @@ Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run,
   });
 }
 
+Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
+  return transact([&](pqxx::work& w) {
+    std::vector<Intent> out;
+    for (const auto& row : w.exec(select_intents(
+             "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
+             "<= now() ORDER BY unknown_since LIMIT " + std::to_string(limit))))
+      out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
 Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budget, CallKind kind) {
   return transact([&](pqxx::work& w) {
     auto id = q(w, run);

@@ -26,6 +26,7 @@ class PgStore final : public Store {
   Result<Intent> find_intent(std::int64_t intent_id) override;
   Result<Intent> find_intent_by_key(const std::string& key) override;
   Result<std::vector<Intent>> list_intents_by_run(const std::string& run, int limit) override;
+  Result<std::vector<Intent>> list_unknown_past_ttl(int limit) override;
   Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
   Result<Run> find_run(const std::string& run) override;
   Result<Run> set_run_state(const std::string& run, RunState, const std::string& reason) override;

@@ -307,6 +307,18 @@ Result<std::vector<Intent>> SqliteStore::list_intents_by_run(const std::string& 
   });
 }
 
+Result<std::vector<Intent>> SqliteStore::list_unknown_past_ttl(int limit) {
+  return transact(Lock::read, [&] {
+    Statement s(db_, sql("SELECT ", intent_columns,
+                         " FROM intents WHERE state = 'unknown' AND unknown_since + "
+                         "unknown_ttl_ms <= ? ORDER BY unknown_since LIMIT ?"));
+    s.bind(1, now_epoch_ms()).bind(2, std::int64_t{limit});
+    std::vector<Intent> out;
+    while (s.step()) out.push_back(read_intent(s));
+    return out;
+  });
+}
+
 std::optional<Run> SqliteStore::load_run(const std::string& run) {
   Statement s(db_, "SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = ?");
   s.bind(1, run);

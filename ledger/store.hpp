@@ -49,6 +49,10 @@ class Store {
   virtual Result<std::vector<Intent>> list_intents_by_run(const std::string& run,
                                                           int limit) = 0;
 
+  // Unknown intents whose unknown_ttl has run out (oldest first): each is
+  // escalated (tool_outcome_unknown / money_unknown), never silently kept.
+  virtual Result<std::vector<Intent>> list_unknown_past_ttl(int limit) = 0;
+
   // Counts one call against the run's budget (creating the run with `budget`
   // on first sight). Does not count when the run is killed, or frozen and the
   // call is a write, or the budget is spent.

@@ -56,6 +56,7 @@ class GatedStore final : public Store {
   Result<Intent> record_outcome(const Outcome&) override { return none(); }
   Result<Intent> find_intent_by_key(const std::string&) override { return none(); }
   Result<std::vector<Intent>> list_intents_by_run(const std::string&, int) override { return none(); }
+  Result<std::vector<Intent>> list_unknown_past_ttl(int) override { return none(); }
   Result<RunCharge> count_call(const std::string&, std::int64_t, CallKind) override { return none(); }
   Result<Run> find_run(const std::string&) override { return none(); }
   Result<Run> set_run_state(const std::string&, RunState, const std::string&) override { return none(); }

@@ -175,3 +175,22 @@ LEDGER_CONFORMANCE(from_a_coroutine, "the decision flow awaited from inside a co
   };
   CHECK(run(flow()) == IntentState::completed);
 }
+
+LEDGER_CONFORMANCE(unknown_past_ttl, "unknown intents past their TTL are listed for escalation") {
+  auto ledger = open_ledger(backend);
+  auto expired = reserve_request("fp-ttl-0", "key-ttl-0");
+  expired.unknown_ttl = Millis(0);
+  auto fresh = reserve_request("fp-ttl-1", "key-ttl-1");
+  fresh.unknown_ttl = std::chrono::hours(1);
+  for (auto* request : {&expired, &fresh}) {
+    auto reserved = run(ledger->reserve_intent(*request, {}));
+    REQUIRE(reserved.has_value());
+    REQUIRE(run(ledger->begin_attempt(reserved->intent.id, 3)).has_value());
+    REQUIRE(run(ledger->mark_unknown(reserved->intent.id, 1)).has_value());
+  }
+  auto listed = run(ledger->list_unknown_past_ttl());
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->size() == 1);
+  CHECK(listed->front().key == "key-ttl-0");
+  CHECK(backend.query("SELECT idem_key FROM dash_unknown_past_ttl") == "key-ttl-0\n");
+}

@@ -17,7 +17,7 @@ CREATE VIEW dash_unknown_past_ttl AS
   SELECT id, run_id, tool, idem_key, unknown_since, unknown_ttl_ms, recovered
   FROM intents
   WHERE state = 'unknown'
-    AND unknown_since + unknown_ttl_ms < CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER);
+    AND unknown_since + unknown_ttl_ms <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER);
 
 -- One row per local key that saw more than one provider receipt: must stay empty.
 CREATE VIEW dash_duplicate_receipts AS
