@@ -23,6 +23,12 @@ tools:
     classify: [ {{ status: 402, class: money_rejected }} ]
     reconcile: {{ mode: same_key, ttl: 15m }}
     receipt: /id
+    require: [/amount, /currency]
+  - name: pay.payout
+    match: {{ host: 127.0.0.1, port: {port}, method: POST, path: /v1/payouts }}
+    effect: money
+    policy: pending_approval
+    receipt: /id
   - name: pay.refund
     match: {{ host: 127.0.0.1, port: {port}, method: POST, path: /v1/refunds }}
     effect: money
@@ -52,13 +58,14 @@ def ledger_url(backend, directory):
     return url
 
 
-def make_config(provider_port, ledger, ticket_reconcile="same_key", settle="1s", upstream_response="2s"):
+def make_config(provider_port, ledger, ticket_reconcile="same_key", settle="1s", upstream_response="2s",
+                budget=1000):
     query = QUERY.format(port=provider_port, settle=settle) if ticket_reconcile == "query" else ""
     return ("listen: 127.0.0.1:0\nthreads: 2\n"
             "ledger: {{ url: \"{ledger}\" }}\n"
             "egress: {{ allow_hosts: [\"*\"], allow_loopback: true, allow_private: true }}\n"
             "timeouts: {{ client_header: 5s, upstream_connect: 2s, upstream_response: {ur}, idle: 10s, drain: 5s }}\n"
-            "runs: {{ budget: 1000 }}\n").format(ledger=ledger, ur=upstream_response) + \
+            "runs: {{ budget: {budget} }}\n").format(ledger=ledger, ur=upstream_response, budget=budget) + \
         TOOLS.format(port=provider_port, ticket_reconcile=ticket_reconcile, ticket_query=query)
 
 
@@ -97,6 +104,13 @@ def escalations(proxy):
     return [json.loads(line) for line in out.stdout.decode().splitlines() if line.strip()]
 
 
+def ops(proxy, *args):
+    """Runs an operator command (idemgate runs|escalations|intents ...) on the proxy's ledger."""
+    out = subprocess.run([BIN, *args, "--config", proxy.config_path], capture_output=True, cwd=proxy.dir, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    return [json.loads(line) for line in out.stdout.decode().splitlines() if line.strip().startswith("{")]
+
+
 def new_run():
     return "run-" + uuid.uuid4().hex[:12]
 
@@ -106,6 +120,7 @@ class Backends:
     BACKEND = "sqlite"
     TICKET_RECONCILE = "same_key"
     UPSTREAM_RESPONSE = "2s"
+    BUDGET = 1000
 
     def setUp(self):
         self.provider = Provider().__enter__()
@@ -124,7 +139,8 @@ class Backends:
             os.unlink(proxy.port_file)
         with open(proxy.config_path, "w") as f:
             f.write(make_config(self.provider.port, ledger_url(self.BACKEND, directory),
-                                ticket_reconcile=self.TICKET_RECONCILE, upstream_response=self.UPSTREAM_RESPONSE))
+                                ticket_reconcile=self.TICKET_RECONCILE, upstream_response=self.UPSTREAM_RESPONSE,
+                                budget=self.BUDGET))
         proxy.start()
         self.addCleanup(proxy.stop)
         return proxy

@@ -59,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
             if fault and fault[0] == "status":
                 return self._send(fault[1], {"error": "scripted"}, fault[2])
             return self._send(200, {"id": url.path.rsplit("/", 1)[-1]})
-        if self.command == "POST" and url.path in ("/v1/charges", "/v1/tickets", "/v1/refunds"):
+        if self.command == "POST" and url.path in ("/v1/charges", "/v1/tickets", "/v1/refunds", "/v1/payouts"):
             fault = p._next_fault()
             if fault and fault[0] == "status":
                 return self._send(fault[1], {"error": {"message": "scripted %d" % fault[1]}}, fault[2])

@@ -10,13 +10,13 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from enforce_common import Backends, escalations  # noqa: E402
+from enforce_common import Backends, escalations, ops  # noqa: E402
 from harness import BIN  # noqa: E402
 
 CHARGE = {"amount": 1000, "currency": "eur", "customer": "cus_1"}
 
 
-class EnforcementCases:
+class RefusalAssertions:
     def assert_refused(self, answer, reason, status=None):
         self.assertEqual(answer.header("content-type"), "application/problem+json", answer.body)
         problem = answer.json()
@@ -25,6 +25,9 @@ class EnforcementCases:
             self.assertEqual(answer.status, status)
         self.assertEqual(answer.header("idemgate-decision"), "refused")
         return problem
+
+
+class EnforcementCases(RefusalAssertions):
 
     # auth-401-write: Write tool returns 401 -> escalate tool_auth_error;
     # fail if any second execute of that tool.
@@ -234,6 +237,52 @@ class EnforcementCases:
         self.assertEqual(len(self.provider.keys_seen()), 1)
 
 
+    def test_missing_required_field_is_missing_slot(self):
+        answer = self.call("POST", "/v1/charges", {"amount": 5})
+        problem = self.assert_refused(answer, "missing_slot", 422)
+        self.assertIn("/currency", problem["detail"])
+        self.assertEqual(self.provider.writes(), [])
+
+    def test_same_agent_key_different_payload_is_422(self):
+        first = self.call("POST", "/v1/charges", CHARGE, {"Idempotency-Key": "agent-key-1"})
+        self.assertEqual(first.status, 200)
+        other = self.call("POST", "/v1/charges", dict(CHARGE, amount=2000), {"Idempotency-Key": "agent-key-1"})
+        self.assert_refused(other, "key_payload_mismatch", 422)
+        self.assertEqual(len(self.provider.writes()), 1)
+
+    def test_pending_approval_then_operator_approves(self):
+        body = {"amount": 70, "destination": "acct_1"}
+        first = self.call("POST", "/v1/payouts", body)
+        problem = self.assert_refused(first, "pending_approval", 403)
+        self.assertEqual(self.provider.writes("/v1/payouts"), [])
+        again = self.call("POST", "/v1/payouts", body)
+        self.assert_refused(again, "pending_approval", 403)
+        self.assertEqual(self.provider.writes("/v1/payouts"), [])
+        ops(self.proxy, "escalations", "resolve", str(problem["escalation_id"]), "approve")
+        approved = self.call("POST", "/v1/payouts", body)
+        self.assertEqual(approved.status, 200, approved.body)
+        self.assertEqual(len(self.provider.writes("/v1/payouts")), 1)
+
+    def test_killed_run_is_refused(self):
+        self.assertEqual(self.call("POST", "/v1/tickets", {"title": "before"}).status, 200)
+        ops(self.proxy, "runs", "kill", self.run_id)
+        self.assert_refused(self.call("POST", "/v1/tickets", {"title": "after"}), "run_killed")
+        self.assert_refused(self.call("GET", "/v1/items/1"), "run_killed")
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 1)
+
+
+class BudgetCases(RefusalAssertions):
+    BUDGET = 3
+
+    def test_budget_exhausted(self):
+        for i in range(3):
+            self.assertEqual(self.call("POST", "/v1/tickets", {"title": "t%d" % i}).status, 200)
+        answer = self.call("POST", "/v1/tickets", {"title": "one too many"})
+        problem = self.assert_refused(answer, "budget_exhausted")
+        self.assertEqual(problem["budget"], 3)
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 3)
+
+
 class QueryReconcileCases:
     TICKET_RECONCILE = "query"
 
@@ -273,6 +322,14 @@ class SqliteEnforcement(Backends, EnforcementCases, unittest.TestCase):
 
 
 class PostgresEnforcement(Backends, EnforcementCases, unittest.TestCase):
+    BACKEND = "postgresql"
+
+
+class SqliteBudget(BudgetCases, Backends, unittest.TestCase):
+    BACKEND = "sqlite"
+
+
+class PostgresBudget(BudgetCases, Backends, unittest.TestCase):
     BACKEND = "postgresql"
 
 
