@@ -16,27 +16,41 @@ namespace idemgate::proxy {
 namespace {
 std::atomic<bool> g_request_log{true};
 
-std::string timestamp() {
+// RFC 3339 with milliseconds, formatted at most once per millisecond per
+// thread: a busy proxy logs many lines within one.
+const std::string& timestamp() {
   using namespace std::chrono;
-  auto const now = system_clock::now();
-  auto const secs = system_clock::to_time_t(now);
-  auto const ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
+  thread_local std::int64_t cached_ms = -1;
+  thread_local std::string cached;
+  auto const ms_total = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  if (ms_total == cached_ms) return cached;
+  auto const secs = static_cast<std::time_t>(ms_total / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[40];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
-  return buf;
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms_total % 1000));
+  cached = buf;
+  cached_ms = ms_total;
+  return cached;
 }
 }  // namespace
 
 void log_event(std::string_view event, boost::json::object fields) {
-  boost::json::object line;
-  line.reserve(fields.size() + 2);
-  line["ts"] = timestamp();
-  line["event"] = event;
-  for (auto& kv : fields) line[kv.key()] = std::move(kv.value());
-  std::string text = boost::json::serialize(line);
+  // {"ts":"...","event":"...", then the fields' own members, in one buffer.
+  std::string const body = boost::json::serialize(fields);
+  std::string text;
+  text.reserve(body.size() + 64);
+  text += "{\"ts\":\"";
+  text += timestamp();
+  text += "\",\"event\":";
+  text += boost::json::serialize(boost::json::value(boost::json::string_view(event.data(), event.size())));
+  if (body.size() > 2) {
+    text += ',';
+    text.append(body, 1);
+  } else {
+    text += '}';
+  }
   text += '\n';
   char const* p = text.data();
   std::size_t left = text.size();
