@@ -143,3 +143,52 @@ CONF
 
 # rss_mib PID [FIELD]: VmRSS (or VmHWM) in MiB.
 rss_mib() { awk -v f="${2:-VmRSS}:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+
+# json_upstream_conf PORT: the tiny upstream answering {"id":"x"} (application/json)
+# with keep-alive to any method and path; X-Seen-Idempotency-Key echoes the
+# Idempotency-Key it received, so a bench can check that idemgate injected one.
+json_upstream_conf() {
+  cat <<CONF
+  server {
+    listen 127.0.0.1:$1;
+    location / {
+      default_type application/json;
+      add_header X-Seen-Idempotency-Key \$http_idempotency_key always;
+      return 200 '{"id":"x"}';
+    }
+  }
+CONF
+}
+
+# start_idemgate_conf NAME STDERR: idemgate with the config the caller wrote to
+# $T/NAME/config.yaml (which must say listen: 127.0.0.1:0); sets LAST_PID and
+# IG_PORT once its port file appears (30 s deadline), like start_idemgate.
+start_idemgate_conf() {
+  local dir=$T/$1 stderr=$2
+  rm -f "$dir/port"
+  "$IDEMGATE" serve --config "$dir/config.yaml" --port-file "$dir/port" 2>"$stderr" &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+  local deadline=$((SECONDS + 30))
+  until [ -s "$dir/port" ]; do
+    if ! kill -0 "$LAST_PID" 2>/dev/null; then
+      echo "bench: idemgate ($1) exited early" >&2
+      [ -f "$stderr" ] && tail -5 "$stderr" >&2
+      return 1
+    fi
+    [ $SECONDS -ge $deadline ] && { echo "bench: idemgate ($1) wrote no port file in 30 s" >&2; return 1; }
+    sleep 0.05
+  done
+  IG_PORT=$(cat "$dir/port")
+}
+
+# stop_pid PID [SECONDS]: SIGTERM, wait up to SECONDS (default 35), then SIGKILL.
+stop_pid() {
+  local pid=$1 deadline=$((SECONDS + ${2:-35}))
+  kill "$pid" 2>/dev/null || return 0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then kill -9 "$pid" 2>/dev/null || true; break; fi
+    sleep 0.05
+  done
+  wait "$pid" 2>/dev/null || true
+}
