@@ -136,8 +136,11 @@ Classification classify(const Answer& answer, const Tool& tool, system_clock::ti
   const auto should_retry_header =
       tool.should_retry_header.empty() ? std::nullopt : find_header(answer.headers, tool.should_retry_header);
   const bool success = status_class == AnswerClass::ok;
-  const bool money_key_not_honoured =
-      tool.effect == Effect::money && !tool.idempotency.honoured && answer.status >= 500 && answer.status < 600;
+  // A 5xx from a provider that does not deduplicate on the key may have
+  // applied the write: re-sending could apply it twice ("a 503 becomes two
+  // CRM rows"), so the outcome is unknown, for money and plain writes alike.
+  const bool key_not_honoured =
+      tool.effect != Effect::read && !tool.idempotency.honoured && answer.status >= 500 && answer.status < 600;
 
   if (rule != tool.classify.end()) {
     result.answer_class = rule->answer_class;
@@ -151,9 +154,9 @@ Classification classify(const Answer& answer, const Tool& tool, system_clock::ti
                           : tool.effect == Effect::money ? AnswerClass::money_rejected
                                                          : AnswerClass::conflict;
     result.reason = "should-retry header false";
-  } else if (money_key_not_honoured) {
+  } else if (key_not_honoured) {
     result.answer_class = AnswerClass::unknown;
-    result.reason = "5xx on a money tool whose key is not honoured";
+    result.reason = "5xx on a write whose key the provider does not honour";
   } else {
     result.answer_class = status_class;
     result.reason = "status table";

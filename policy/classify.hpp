@@ -12,8 +12,8 @@
 //        false -> the status class if it is not retryable, else
 //                 money_rejected for a money tool and conflict for others
 //                 (the provider says a second identical call cannot succeed).
-//   4. A 5xx on a money tool whose key the provider does not honour
-//      (idempotency.honoured false) -> unknown: the charge may have happened.
+//   4. A 5xx on a write or money tool whose key the provider does not honour
+//      (idempotency.honoured false) -> unknown: the effect may have happened.
 //   5. The status table of SPEC section 3: 2xx/3xx ok; 429 rate_limited; 503
 //      with a Retry-After rate_limited, without transient; 500/502/504
 //      transient; 401 auth; 403 forbidden; 404 not_found; 400/422

@@ -65,8 +65,8 @@ struct IdempotencySpec {
   std::string header = "Idempotency-Key";
   KeyMode mode = KeyMode::inject;
   KeyBinding binding = KeyBinding::enforce;
-  // Does the provider deduplicate on the header? Without it a 5xx on a money
-  // write is unknown, not transient (the effect may have happened).
+  // Does the provider deduplicate on the header? Without it a 5xx on a write
+  // is unknown, not transient (the effect may have happened).
   bool honoured = true;
 };
 

@@ -124,8 +124,11 @@ CLASSIFIER_ROW("stripe: 500 on money without an honoured key is unknown",
 CLASSIFIER_ROW("stripe: 503 with Retry-After on money without an honoured key is unknown",
                {.status = 503, .headers = {{"Retry-After", "1"}}, .effect = Effect::money, .key_honoured = false,
                 .answer_class = AnswerClass::unknown, .should_retry = false, .retry_after = 1s})
-CLASSIFIER_ROW("stripe: 500 on a plain write without an honoured key stays transient",
-               {.status = 500, .effect = Effect::write, .key_honoured = false,
+CLASSIFIER_ROW("retry-or-escalate: 503 on a plain write without an honoured key is unknown (two CRM rows)",
+               {.status = 503, .effect = Effect::write, .key_honoured = false,
+                .answer_class = AnswerClass::unknown, .should_retry = false})
+CLASSIFIER_ROW("stripe: 500 on a read stays transient whatever the key",
+               {.status = 500, .effect = Effect::read, .key_honoured = false,
                 .answer_class = AnswerClass::transient, .should_retry = true})
 CLASSIFIER_ROW("stripe: content 400 you will fix is validation",
                {.status = 400, .effect = Effect::money, .answer_class = AnswerClass::validation, .should_retry = false})
