@@ -29,4 +29,12 @@ Problem upstream_timed_out(std::string detail) {
   return {504, "upstream_timeout", "Upstream timed out", std::move(detail), std::nullopt, {}};
 }
 
+Problem egress_denied(std::string detail) {
+  return {403, "egress_denied", "Egress denied", std::move(detail), std::nullopt, {}};
+}
+
+Problem upstream_tls_failed(std::string detail) {
+  return {502, "upstream_tls_failed", "Upstream TLS failed", std::move(detail), std::nullopt, {}};
+}
+
 }  // namespace idemgate::proxy

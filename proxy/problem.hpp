@@ -25,5 +25,11 @@ std::string problem_json(const Problem&);
 Problem bad_request(std::string detail);
 Problem upstream_connect_failed(std::string detail);
 Problem upstream_timed_out(std::string detail);
+// 403: the egress guard refused the host or an address it resolves to;
+// nothing was sent.
+Problem egress_denied(std::string detail);
+// 502: the upstream's TLS handshake or certificate check failed; never
+// followed by a plain-text attempt.
+Problem upstream_tls_failed(std::string detail);
 
 }  // namespace idemgate::proxy

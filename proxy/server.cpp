@@ -5,6 +5,9 @@
 #include "proxy/listener.hpp"
 #include "proxy/log.hpp"
 #include "proxy/worker.hpp"
+#include "tls/ca.hpp"
+#include "tls/client_context.hpp"
+#include "tls/leaf_minter.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -76,11 +79,31 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   }
   ReadTracker reads;
 
+  // TLS: one verifying client context for every https:// upstream, and with
+  // interception the CA and the minter of agent-facing leaves.
+  TlsServices tls_services;
+  auto client_ctx = tls::make_client_context(cfg->tls.upstream_ca_file);
+  if (!client_ctx.ok()) {
+    log_event("fatal", {{"error", "cannot set up upstream TLS: " + client_ctx.error}});
+    return 1;
+  }
+  tls_services.client = client_ctx.value;
+  if (cfg->tls.intercept) {
+    auto ca = tls::load_ca(cfg->tls.ca_cert, cfg->tls.ca_key);
+    if (!ca.ok()) {
+      log_event("fatal", {{"error", "tls.intercept is on but the CA cannot be loaded: " + ca.error +
+                                        "; create one with `idemgate ca init --dir DIR` and set tls.ca_cert and "
+                                        "tls.ca_key to DIR/ca.pem and DIR/ca.key"}});
+      return 1;
+    }
+    tls_services.minter = std::make_shared<tls::LeafMinter>(ca.value, cfg->tls.leaf_cache, 1);
+  }
+
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<tcp::acceptor> acceptors;
   try {
     for (unsigned i = 0; i < threads; ++i) {
-      workers.push_back(std::make_unique<Worker>(source, i, ledger->get(), reads));
+      workers.push_back(std::make_unique<Worker>(source, i, ledger->get(), reads, tls_services));
       acceptors.push_back(open_acceptor(workers.back()->context(), endpoint));
       // With port 0 the first bind picks the port; the rest share it.
       if (i == 0) endpoint.port(acceptors.front().local_endpoint().port());
@@ -131,6 +154,10 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
       } else {
         if (loaded.config->listen.host != cfg->listen.host || loaded.config->listen.port != cfg->listen.port)
           log_event("config_reload_warning", {{"detail", "listen changes need a restart; kept the old address"}});
+        if (loaded.config->tls.intercept && !tls_services.minter)
+          log_event("config_reload_warning", {{"detail", "tls.intercept was off at start: turning it on needs a restart"}});
+        if (loaded.config->tls.upstream_ca_file != cfg->tls.upstream_ca_file)
+          log_event("config_reload_warning", {{"detail", "tls.upstream_ca_file changes need a restart"}});
         if (loaded.config->ledger.url != cfg->ledger.url)
           log_event("config_reload_warning", {{"detail", "ledger.url changes need a restart; kept the old ledger"}});
         source.set(loaded.config);

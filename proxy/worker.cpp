@@ -5,12 +5,14 @@
 
 namespace idemgate::proxy {
 
-Worker::Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, ReadTracker& reads)
+Worker::Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, ReadTracker& reads,
+               const TlsServices& tls)
     : config_(config),
       index_(index),
       pool_(config.get()->limits.upstream_pool, config.get()->timeouts.idle),
       ledger_(ledger),
-      reads_(reads) {}
+      reads_(reads),
+      tls_(tls) {}
 
 void Worker::begin_drain() {
   draining_ = true;

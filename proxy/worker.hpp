@@ -17,6 +17,12 @@
 namespace idemgate::ledger {
 class Ledger;
 }
+namespace idemgate::tls {
+class LeafMinter;
+}
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace idemgate::proxy {
 
@@ -40,17 +46,28 @@ protected:
   ~Drainable() = default;
 };
 
+// The process's TLS state, built once at start-up (it reads files) and shared
+// by every network thread: the verifying client context for https://
+// upstreams and, with tls.intercept, the leaf minter for agents' CONNECTs.
+struct TlsServices {
+  std::shared_ptr<boost::asio::ssl::context> client;
+  std::shared_ptr<tls::LeafMinter> minter;  // null unless tls.intercept was on at start
+};
+
 struct WorkerStats {
   std::atomic<std::uint64_t> connections{0};
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> tunnels{0};
   std::atomic<std::uint64_t> problems{0};
   std::atomic<std::uint64_t> upstream_connects{0};
+  std::atomic<std::uint64_t> egress_denied{0};
+  std::atomic<std::uint64_t> intercepted{0};
 };
 
 class Worker {
 public:
-  Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, ReadTracker& reads);
+  Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, ReadTracker& reads,
+         const TlsServices& tls);
 
   boost::asio::io_context& context() noexcept { return ioc_; }
   ConfigSource& config() noexcept { return config_; }
@@ -58,6 +75,7 @@ public:
   WorkerStats& stats() noexcept { return stats_; }
   ledger::Ledger* ledger() noexcept { return ledger_; }
   ReadTracker& reads() noexcept { return reads_; }
+  const TlsServices& tls() const noexcept { return tls_; }
   unsigned index() const noexcept { return index_; }
 
   bool draining() const noexcept { return draining_; }
@@ -76,6 +94,7 @@ private:
   UpstreamPool pool_;
   ledger::Ledger* ledger_;
   ReadTracker& reads_;
+  const TlsServices& tls_;
   WorkerStats stats_;
   bool draining_ = false;
   std::unordered_set<Drainable*> sessions_;
