@@ -59,7 +59,7 @@ Problem body_too_large(const config::Config& cfg) {
 
 }  // namespace
 
-asio::awaitable<ForwardResult> forward_request(beast::tcp_stream& client, beast::flat_buffer& client_buffer,
+asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& client_buffer,
                                                http::request_parser<http::buffer_body>& parser, const Target& target,
                                                const config::Config& cfg, Worker& worker) {
   auto& req = parser.get();

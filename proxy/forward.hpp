@@ -7,7 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include "proxy/stream.hpp"
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
@@ -22,7 +22,7 @@ struct ForwardResult {
 // parser holds a complete request header; its body (if any) is still to be
 // read from client (client_buffer first).
 boost::asio::awaitable<ForwardResult> forward_request(
-    boost::beast::tcp_stream& client, boost::beast::flat_buffer& client_buffer,
+    ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const Target& target,
     const config::Config& cfg, Worker& worker);
 

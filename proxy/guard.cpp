@@ -18,6 +18,7 @@
 #include "proxy/worker.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -35,6 +36,7 @@ namespace http = beast::http;
 namespace json = boost::json;
 using policy::AnswerClass;
 using policy::VerdictKind;
+using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
@@ -95,7 +97,7 @@ ledger::IntentState ledger_state_for(AnswerClass c) {
 
 }  // namespace
 
-asio::awaitable<std::optional<std::string>> read_request_body(beast::tcp_stream& client, beast::flat_buffer& cbuf,
+asio::awaitable<std::optional<std::string>> read_request_body(ProxyStream& client, beast::flat_buffer& cbuf,
                                                               http::request_parser<http::buffer_body>& parser,
                                                               const config::Config& cfg, bool& too_large) {
   too_large = false;
@@ -163,7 +165,7 @@ StringResponse client_response(int status, const ledger::Headers& headers, std::
 
 class Guard {
 public:
-  Guard(beast::tcp_stream& client, beast::flat_buffer& cbuf, http::request_parser<http::buffer_body>& parser,
+  Guard(ProxyStream& client, beast::flat_buffer& cbuf, http::request_parser<http::buffer_body>& parser,
         const Target& target, const policy::Tool& tool, const config::Config& cfg, Worker& worker)
       : client_(client),
         cbuf_(cbuf),
@@ -224,15 +226,7 @@ private:
     std::string run = run_;
     auto charge = co_await ledger_.count_call(std::move(run), cfg_.runs.budget, kind);
     if (!charge) co_return false;
-    in.run.budget = static_cast<std::uint32_t>(cfg_.runs.budget);
-    in.run.calls_used = 0;
-    switch (charge->outcome) {
-      case ledger::ChargeOutcome::counted: break;
-      case ledger::ChargeOutcome::exhausted: in.run.calls_used = in.run.budget; break;
-      case ledger::ChargeOutcome::frozen: in.run.state = policy::RunState::frozen; break;
-      case ledger::ChargeOutcome::killed: in.run.state = policy::RunState::killed; break;
-    }
-    calls_used_ = charge->calls;
+    apply_charge(*charge, in);
     co_return true;
   }
 
@@ -241,7 +235,14 @@ private:
     in.now = SysClock::now();
     in.missing_required = missing_;
     in.agent_key.present = !agent_key_.empty();
-    if (!co_await charge_run(in)) co_return co_await ledger_down();
+
+    // Refusals that depend only on the request and the tool come before any
+    // reservation: a refused request must not claim the fingerprint (a
+    // require-mode call without its key would otherwise bind a minted key).
+    if (tool_.policy != policy::PolicyAction::pending_approval) {
+      auto pre = policy::decide(tool_, in, agent_key_);
+      if (pre.kind == VerdictKind::refuse) co_return co_await refuse(pre);
+    }
 
     ledger::ReserveRequest rr;
     rr.run = run_;
@@ -256,8 +257,14 @@ private:
     ledger::RequestSnapshot snap{std::string(req_.method_string()), target_.scheme + "://" + target_.authority() +
                                                                         target_.origin_form,
                                  headers_of(req_), body_};
-    auto reservation = co_await ledger_.reserve_intent(std::move(rr), std::move(snap));
-    if (!reservation) co_return co_await ledger_down();
+    // The run's charge and the reservation are independent: both go to the
+    // ledger at once (and can share one durable commit there).
+    std::string run = run_;
+    auto charge_op = ledger_.count_call(std::move(run), cfg_.runs.budget, ledger::CallKind::write);
+    auto reserve_op = ledger_.reserve_intent(std::move(rr), std::move(snap));
+    auto [charge, reservation] = co_await (std::move(charge_op) && std::move(reserve_op));
+    if (!charge || !reservation) co_return co_await ledger_down();
+    apply_charge(*charge, in);
     intent_ = reservation->intent;
     have_intent_ = true;
     bool const fresh = reservation->outcome == ledger::ReserveOutcome::reserved;
@@ -267,23 +274,38 @@ private:
     // A key bound to another payload says nothing about this payload's
     // intent (the row returned is the other one): refuse on the key alone.
     in.agent_key.bound_to_other_fingerprint = mismatch;
+    if (mismatch) have_intent_ = false;
     if (!mismatch) in.intent = view_of(intent_);
-    if (tool_.policy == policy::PolicyAction::pending_approval) in.intent.approved = co_await approved(intent_.id);
+    if (tool_.policy == policy::PolicyAction::pending_approval && have_intent_) {
+      auto ok = co_await approved(intent_.id);
+      if (!ok) co_return co_await ledger_down();
+      in.intent.approved = *ok;
+    }
 
     auto verdict = policy::decide(tool_, in, agent_key_);
     if (verdict.kind == VerdictKind::dispatch && verdict.dispatch_kind == policy::DispatchKind::new_intent &&
-        tool_.retry.bound >= 0) {
+        worker_.reads().validation_seen(run_, tool_.name)) {
       // Validation is retried once with a corrected payload, never twice.
-      if (co_await validation_failures() >= 2) {
-        verdict = policy::Verdict{};
-        verdict.kind = VerdictKind::refuse;
-        verdict.reason = policy::ReasonCode::validation_repeated;
-        verdict.http_status = policy::http_status_of(verdict.reason);
-        verdict.terminal = policy::terminal_of(verdict.reason);
-        verdict.detail = "tool '" + tool_.name + "' already failed validation with two payloads in this run";
+      auto failures = co_await validation_failures();
+      if (!failures) co_return co_await ledger_down();
+      if (*failures >= 2) {
+        verdict = refusal(policy::ReasonCode::validation_repeated,
+                          "tool '" + tool_.name + "' already failed validation with two payloads in this run");
       }
     }
     co_return co_await carry_out(verdict);
+  }
+
+  void apply_charge(const ledger::RunCharge& charge, policy::DecisionInput& in) {
+    in.run.budget = static_cast<std::uint32_t>(cfg_.runs.budget);
+    in.run.calls_used = 0;
+    switch (charge.outcome) {
+      case ledger::ChargeOutcome::counted: break;
+      case ledger::ChargeOutcome::exhausted: in.run.calls_used = in.run.budget; break;
+      case ledger::ChargeOutcome::frozen: in.run.state = policy::RunState::frozen; break;
+      case ledger::ChargeOutcome::killed: in.run.state = policy::RunState::killed; break;
+    }
+    calls_used_ = charge.calls;
   }
 
   policy::IntentView view_of(const ledger::Intent& i) {
@@ -297,20 +319,20 @@ private:
     return v;
   }
 
-  asio::awaitable<bool> approved(std::int64_t intent_id) {
+  asio::awaitable<std::optional<bool>> approved(std::int64_t intent_id) {
     std::optional<ledger::EscalationState> state = ledger::EscalationState::approved;
     auto list = co_await ledger_.list_escalations(state, 1000);
-    if (!list) co_return false;
+    if (!list) co_return std::nullopt;
     for (auto const& e : *list)
       if (e.intent_id && *e.intent_id == intent_id) co_return true;
     co_return false;
   }
 
-  asio::awaitable<int> validation_failures() {
+  asio::awaitable<std::optional<int>> validation_failures() {
     std::string run = run_;
     auto intents = co_await ledger_.list_intents_by_run(std::move(run), 500);
     int n = 0;
-    if (!intents) co_return 0;
+    if (!intents) co_return std::nullopt;
     for (auto const& i : *intents)
       if (i.tool == tool_.name && i.id != intent_.id && i.answer_class == "validation") ++n;
     co_return n;
@@ -335,6 +357,18 @@ private:
           if (wait.count() > 0) {
             asio::steady_timer timer(co_await asio::this_coro::executor, wait);
             co_await timer.async_wait(use_tuple);
+          }
+          // The run may have been killed or frozen while we waited.
+          std::string run = run_;
+          auto now_run = co_await ledger_.find_run(std::move(run));
+          if (!now_run) co_return co_await ledger_down();
+          if (now_run->state == ledger::RunState::killed) {
+            auto v = refusal(policy::ReasonCode::run_killed, "the run was killed while this call waited");
+            co_return co_await refuse(v);
+          }
+          if (now_run->state == ledger::RunState::frozen) {
+            auto v = refusal(policy::ReasonCode::run_frozen, "the run was frozen while this call waited");
+            co_return co_await refuse(v);
           }
           co_return co_await dispatch(true);
         }
@@ -423,10 +457,23 @@ private:
 
     if (!is_write_) co_return co_await finish_read(answer, cls, now);
 
+    // A re-send after an unknown outcome (or after an earlier attempt) that
+    // is refused as a conflict or a validation error says nothing about the
+    // first send: the provider may be saying "this key is in use" or "this
+    // key came with another body". The outcome stays unknown.
+    auto effective = cls.answer_class;
+    bool const ambiguous_refusal =
+        (reconciling_ && !policy::is_retryable(effective) && effective != AnswerClass::ok) ||
+        (attempt_ > 1 && (effective == AnswerClass::conflict || effective == AnswerClass::validation));
+    if (ambiguous_refusal && answer.outcome == policy::TransportOutcome::answered) {
+      effective = AnswerClass::unknown;
+      answer_class_ = "unknown";
+    }
+
     ledger::Outcome o;
     o.intent_id = intent_.id;
     o.attempt = attempt_;
-    o.state = ledger_state_for(cls.answer_class);
+    o.state = ledger_state_for(effective);
     o.answer_class = answer_class_;
     if (answer.outcome == policy::TransportOutcome::answered) {
       o.status = answer.response.result_int();
@@ -438,12 +485,29 @@ private:
     if (o.state == ledger::IntentState::retryable) {
       o.retry_after = cls.retry_after ? *cls.retry_after : std::chrono::milliseconds(0);
     }
-    auto recorded = co_await ledger_.record_outcome(std::move(o));
-    if (recorded) intent_ = *recorded;
-    // The answer is the world's: even if recording it failed, the agent gets
-    // it (and the intent stays dispatched, so crash recovery marks it unknown).
+    // The answer is the world's evidence: recording it is retried (a busy
+    // queue is transient) before giving up. If it still fails the agent gets
+    // the answer and the intent stays dispatched; recovery marks it unknown.
+    std::optional<ledger::Intent> recorded_intent;
+    for (int tries = 0; tries < 4; ++tries) {
+      ledger::Outcome copy = o;
+      auto recorded = co_await ledger_.record_outcome(std::move(copy));
+      if (recorded) {
+        recorded_intent = *recorded;
+        break;
+      }
+      if (recorded.error() == ledger::errc::illegal_transition) break;
+      asio::steady_timer backoff(co_await asio::this_coro::executor, std::chrono::milliseconds(50 << (2 * tries)));
+      co_await backoff.async_wait(use_tuple);
+    }
+    if (recorded_intent) {
+      intent_ = *recorded_intent;
+    } else {
+      log_event("ledger_record_failed", {{"intent", intent_.id}, {"attempt", attempt_}, {"class", answer_class_}});
+    }
+    if (effective == AnswerClass::validation) worker_.reads().note_validation(run_, tool_.name);
 
-    if (cls.answer_class == AnswerClass::unknown || answer.outcome != policy::TransportOutcome::answered) {
+    if (effective == AnswerClass::unknown || answer.outcome != policy::TransportOutcome::answered) {
       if (answer.outcome == policy::TransportOutcome::connect_failed) {
         // Nothing left the process: the agent may retry (same key, bounded).
         decision_ = "forwarded";
@@ -463,7 +527,7 @@ private:
       std::string run = run_;
       std::string why = "tool '" + tool_.name + "' answered " + std::to_string(a.status);
       auto frozen = co_await ledger_.freeze_run(std::move(run), std::move(why));
-      (void)frozen;
+      if (!frozen) log_event("ledger_freeze_failed", {{"run", run_}, {"error", frozen.error().message()}});
     }
     decision_ = held_ ? "held" : reconciling_ ? "reconciled" : "forwarded";
     StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
@@ -526,7 +590,7 @@ private:
     auto qt = url ? parse_absolute_target(*url) : std::nullopt;
     policy::QueryOutcome outcome = policy::QueryOutcome::failed;
     std::string found_json;
-    if (qt && qt->scheme == "http") {
+    if (qt) {
       StringRequest qr{http::string_to_verb(q.method), qt->origin_form, 11};
       qr.set(http::field::host, qt->authority());
       // Asking the provider needs the credentials the agent sent it.
@@ -579,12 +643,17 @@ private:
     decision_ = replay_decision_.empty() ? std::string(decision) : replay_decision_;
     answer_class_ = intent_.answer_class.empty() ? "ok" : intent_.answer_class;
     if (!intent_.response) {
-      auto v = refusal(policy::ReasonCode::unclassified_fail_closed,
-                       "the call completed but its answer was not stored; receipt: " + intent_.receipt);
-      co_return co_await refuse(v);
+      // Settled by an operator (complete with a receipt): the receipt is
+      // the answer.
+      json::object done{{"receipt", intent_.receipt}, {"idempotency_key", intent_.key}, {"settled_by", "operator"}};
+      ledger::StoredResponse synthetic{200, {{"Content-Type", "application/json"}}, json::serialize(done), false};
+      intent_.response = std::move(synthetic);
     }
     auto const& stored = *intent_.response;
     StringResponse res = client_response(stored.status, stored.headers, stored.body, version_, keep_alive_);
+    // The stored body was cut at ledger.response_cap: say so, never pass it
+    // off as the whole answer.
+    if (stored.truncated) res.set("Idemgate-Replay-Truncated", "true");
     if (decision_ == "replayed") res.set("Idempotent-Replayed", "true");
     attempt_ = intent_.attempts;
     add_idemgate_headers(res);
@@ -655,7 +724,14 @@ private:
       er.reason_code = reason_code_;
       er.package_json = problem_json(p);
       auto id = co_await ledger_.persist_escalation(std::move(er));
-      if (id) x["escalation_id"] = *id;
+      if (!id) {
+        // No package, no refusal: the agent is told to come back later.
+        auto down = refusal(policy::ReasonCode::ledger_unavailable,
+                            "the escalation package could not be persisted; nothing was sent upstream");
+        down.retry_after = std::chrono::seconds(1);
+        co_return co_await refuse(down);
+      }
+      x["escalation_id"] = *id;
       if (have_intent_) {
         std::string reason = reason_code_;
         auto r = co_await ledger_.record_refusal(intent_.id, std::move(reason));
@@ -744,7 +820,7 @@ private:
     log_event("decision", std::move(o));
   }
 
-  beast::tcp_stream& client_;
+  ProxyStream& client_;
   beast::flat_buffer& cbuf_;
   http::request_parser<http::buffer_body>& parser_;
   http::request<http::buffer_body>& req_;
@@ -779,7 +855,7 @@ private:
 
 }  // namespace
 
-asio::awaitable<ForwardResult> guard_request(beast::tcp_stream& client, beast::flat_buffer& client_buffer,
+asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_buffer& client_buffer,
                                              http::request_parser<http::buffer_body>& parser, const Target& target,
                                              const policy::Tool& tool, const config::Config& cfg, Worker& worker,
                                              std::optional<std::string> body) {
@@ -787,7 +863,7 @@ asio::awaitable<ForwardResult> guard_request(beast::tcp_stream& client, beast::f
   co_return co_await guard.run(std::move(body));
 }
 
-asio::awaitable<ForwardResult> forward_buffered(beast::tcp_stream& client,
+asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client,
                                                 http::request_parser<http::buffer_body>& parser, const Target& target,
                                                 std::string body, const config::Config& cfg, Worker& worker) {
   auto& req = parser.get();

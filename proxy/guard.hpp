@@ -12,7 +12,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include "proxy/stream.hpp"
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
@@ -26,7 +26,7 @@ class Worker;
 // body: the request body when the caller already read it (to match an MCP
 // tool name); otherwise it is read here, up to limits.inspect_body.
 boost::asio::awaitable<ForwardResult> guard_request(
-    boost::beast::tcp_stream& client, boost::beast::flat_buffer& client_buffer,
+    ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const Target& target,
     const policy::Tool& tool, const config::Config& cfg, Worker& worker, std::optional<std::string> body);
 
@@ -34,14 +34,14 @@ boost::asio::awaitable<ForwardResult> guard_request(
 // "100 Continue" first when the client asked for it. nullopt: over the limit
 // (or the client failed); *too_large tells which.
 boost::asio::awaitable<std::optional<std::string>> read_request_body(
-    boost::beast::tcp_stream& client, boost::beast::flat_buffer& client_buffer,
+    ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const config::Config& cfg,
     bool& too_large);
 
 // Forwards a request whose body is already in memory, untouched by policy
 // (an unmatched request that was read to look for an MCP tool name).
 boost::asio::awaitable<ForwardResult> forward_buffered(
-    boost::beast::tcp_stream& client, boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
+    ProxyStream& client, boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
     const Target& target, std::string body, const config::Config& cfg, Worker& worker);
 
 }  // namespace idemgate::proxy

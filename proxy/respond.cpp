@@ -12,7 +12,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 
-asio::awaitable<bool> send_problem(beast::tcp_stream& client, const Problem& p, unsigned version, bool keep_alive,
+asio::awaitable<bool> send_problem(ProxyStream& client, const Problem& p, unsigned version, bool keep_alive,
                                    std::chrono::milliseconds timeout, const http::fields* extra_headers) {
   http::response<http::string_body> res{static_cast<http::status>(p.status), version == 10 ? 10u : 11u};
   if (extra_headers) {

@@ -1,7 +1,10 @@
 // The client side of the proxy: header reading with raw checks, dispatch to
-// forward or tunnel, problem answers, keep-alive and drain.
+// forward, guard or tunnel, TLS interception of CONNECT (the same pipeline
+// then runs on the decrypted requests), gateway routes, problem answers,
+// keep-alive and drain.
 #include "proxy/session.hpp"
 
+#include "proxy/connect.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/guard.hpp"
 #include "proxy/http_rules.hpp"
@@ -10,9 +13,11 @@
 #include "proxy/respond.hpp"
 #include "proxy/tunnel.hpp"
 #include "proxy/worker.hpp"
+#include "tls/leaf_minter.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -20,6 +25,7 @@
 #include <chrono>
 
 #include "policy/match.hpp"
+#include "policy/pattern.hpp"
 
 namespace idemgate::proxy {
 
@@ -27,6 +33,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
 
 namespace {
 
@@ -141,14 +148,19 @@ private:
     auto& req = parser.get();
     unsigned const version = req.version() == 10 ? 10 : 11;
     std::optional<Target> target;
-    std::optional<Problem> problem = check_request(req, target);
+    std::optional<Problem> problem = check_request(cfg, req, target);
     if (problem) {
       co_await write_problem(cfg, *problem, version);
       co_return false;
     }
     if (req.method() == http::verb::connect) {
-      co_await run_tunnel(client_, buffer_, *target, cfg, worker_);
-      co_return false;
+      co_return co_await handle_connect(cfg, req, *target);
+    }
+    if (tls_origin_) {
+      // The CONNECT named the run; the requests inside the tunnel do not.
+      if (!connect_run_.empty() && req[cfg.runs.header].empty()) req.set(cfg.runs.header, connect_run_);
+      if (!connect_auth_.empty() && req[http::field::proxy_authorization].empty())
+        req.set(http::field::proxy_authorization, connect_auth_);
     }
     // Which tool is this? An MCP tools/call names it in the body.
     std::optional<std::string> body;
@@ -203,9 +215,11 @@ private:
     return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
   }
 
-  // Everything about a request header that can be refused before any I/O.
-  static std::optional<Problem> check_request(const http::request<http::buffer_body>& req,
-                                              std::optional<Target>& target) {
+  // Everything about a request header that can be refused before any I/O;
+  // sets target (absolute-form, a gateway route, or inside an intercepted
+  // tunnel the CONNECT's origin plus the origin-form path).
+  std::optional<Problem> check_request(const config::Config& cfg, const http::request<http::buffer_body>& req,
+                                       std::optional<Target>& target) const {
     if (req.version() != 10 && req.version() != 11) {
       return Problem{505, "http_version_not_supported", "HTTP version not supported",
                      "only HTTP/1.0 and HTTP/1.1 are spoken here"};
@@ -214,13 +228,32 @@ private:
       return bad_request("Transfer-Encoding must be exactly 'chunked'");
     }
     if (req.method() == http::verb::connect) {
+      if (tls_origin_) return bad_request("CONNECT inside an intercepted TLS connection is not supported");
       target = parse_authority_target(req.target());
       if (!target) return bad_request("CONNECT needs an authority-form target host:port");
+      return std::nullopt;
+    }
+    if (tls_origin_) {
+      std::string_view const t = req.target();
+      if (!t.empty() && t.front() == '/') {
+        target = *tls_origin_;
+        target->origin_form = std::string(t);
+        return std::nullopt;
+      }
+      target = parse_absolute_target(t);
+      if (!target || target->scheme != "https" || target->host != tls_origin_->host ||
+          target->port != tls_origin_->port) {
+        target.reset();
+        return bad_request("inside the TLS connection to " + tls_origin_->authority() +
+                           " the target must be origin-form (/path) or an https:// URL for that origin");
+      }
       return std::nullopt;
     }
     target = parse_absolute_target(req.target());
     if (!target) {
       if (!req.target().empty() && req.target().front() == '/') {
+        target = route_target(cfg, req.target());
+        if (target) return std::nullopt;
         return Problem{400, "not_a_proxy_request", "Not a proxy request",
                        "origin-form target '" + std::string(req.target()) +
                            "' matches no gateway route; send absolute-form (http://host/path) through HTTP_PROXY"};
@@ -233,16 +266,111 @@ private:
     return std::nullopt;
   }
 
+  // A gateway route: the longest route prefix the origin-form target starts
+  // with maps it onto that route's upstream base URL.
+  static std::optional<Target> route_target(const config::Config& cfg, std::string_view origin) {
+    auto const q = origin.find('?');
+    std::string_view const path = origin.substr(0, q);
+    config::Route const* best = nullptr;
+    for (auto const& r : cfg.routes) {
+      if (path.starts_with(r.prefix) && (!best || r.prefix.size() > best->prefix.size())) best = &r;
+    }
+    if (!best) return std::nullopt;
+    auto base = parse_absolute_target(best->upstream);
+    if (!base) return std::nullopt;  // validated at load; never here
+    std::string base_path = base->origin_form.substr(0, base->origin_form.find('?'));
+    while (!base_path.empty() && base_path.back() == '/') base_path.pop_back();
+    std::string_view rest = origin.substr(best->prefix.size());
+    base->origin_form = base_path + "/" + std::string(rest);
+    return base;
+  }
+
+  // CONNECT host:port: intercepted (TLS terminated here, requests served
+  // like plain ones) when the host has tools or is in tls.intercept_hosts,
+  // else a blind tunnel unless unmatched is deny.
+  asio::awaitable<bool> handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
+                                       const Target& target) {
+    bool const can_intercept = cfg.tls.intercept && worker_.tls().minter;
+    if (can_intercept && should_intercept(cfg, target)) {
+      if (auto v = check_egress_host(target, cfg); !v.allowed) {
+        worker_.stats().egress_denied.fetch_add(1, std::memory_order_relaxed);
+        Problem const p = egress_denied(target.host + " is not allowed: " + v.reason);
+        co_await write_problem(cfg, p, 11);
+        co_return false;
+      }
+      co_return co_await intercept(cfg, req, target);
+    }
+    if (cfg.unmatched == policy::Unmatched::deny) {
+      Problem const p{403, "policy_deny", "No tool matches",
+                      "CONNECT " + target.host + ":" + std::to_string(target.port) +
+                          " would be a blind tunnel (no tool can match inside it) and unmatched is deny"};
+      co_await write_problem(cfg, p, 11);
+      co_return false;
+    }
+    co_await run_tunnel(client_, buffer_, target, cfg, worker_);
+    co_return false;
+  }
+
+  static bool should_intercept(const config::Config& cfg, const Target& target) {
+    for (auto const& t : cfg.tools) {
+      if ((t.match.port == 0 || t.match.port == target.port) && policy::host_matches(t.match.host, target.host))
+        return true;
+    }
+    for (auto const& glob : cfg.tls.intercept_hosts) {
+      if (policy::host_matches(glob, target.host)) return true;
+    }
+    return false;
+  }
+
+  asio::awaitable<bool> intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
+                                  const Target& target) {
+    static constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+    client_.expires_after(cfg.timeouts.client_header);
+    auto [wec, wn] = co_await asio::async_write(client_, asio::buffer(kEstablished, sizeof kEstablished - 1), use_tuple);
+    if (wec) co_return false;
+    // Minting runs on the minter's pool; a cached leaf comes straight back.
+    std::string const host = target.host;
+    auto minted = co_await worker_.tls().minter->async_mint(host, asio::use_awaitable);
+    if (!minted.ok()) {
+      // The client now expects TLS: there is no way to send it a problem.
+      log_event("tls_intercept_failed", {{"host", target.host}, {"error", minted.error}});
+      co_return false;
+    }
+    auto& tls = client_.start_tls(*minted.value);
+    client_.expires_after(cfg.timeouts.client_header);
+    // Bytes the client sent right behind the CONNECT header are its hello.
+    auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, buffer_.data(), use_tuple);
+    buffer_.consume(buffer_.size());
+    if (hec) {
+      log_event("tls_intercept_failed", {{"host", target.host}, {"error", "handshake with the agent: " + hec.message()}});
+      co_return false;
+    }
+    worker_.stats().intercepted.fetch_add(1, std::memory_order_relaxed);
+    Target origin;
+    origin.scheme = "https";
+    origin.host = target.host;
+    origin.port = target.port;
+    origin.host_is_ip = target.host_is_ip;
+    origin.origin_form = "/";
+    tls_origin_ = std::move(origin);
+    connect_run_ = std::string(req[cfg.runs.header]);
+    connect_auth_ = std::string(req[http::field::proxy_authorization]);
+    co_return !worker_.draining();
+  }
+
   asio::awaitable<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
     worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
     co_await send_problem(client_, p, version, false, cfg.timeouts.client_header);
     if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
   }
 
-  beast::tcp_stream client_;
+  ProxyStream client_;
   beast::flat_buffer buffer_;
   Worker& worker_;
   bool idle_ = true;
+  std::optional<Target> tls_origin_;  // set once a CONNECT was intercepted
+  std::string connect_run_;           // the CONNECT's run header, for the requests inside
+  std::string connect_auth_;          // and its Proxy-Authorization
 };
 
 }  // namespace

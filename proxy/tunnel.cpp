@@ -26,7 +26,7 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 // Copies from -> to until EOF (then half-closes to) or an error (then
 // closes both, which ends the other direction too).
-asio::awaitable<std::uint64_t> pump(beast::tcp_stream& from, beast::tcp_stream& to, std::chrono::milliseconds idle) {
+asio::awaitable<std::uint64_t> pump(ProxyStream& from, ProxyStream& to, std::chrono::milliseconds idle) {
   std::array<char, 16 * 1024> buf;
   std::uint64_t total = 0;
   for (;;) {
@@ -53,10 +53,10 @@ asio::awaitable<std::uint64_t> pump(beast::tcp_stream& from, beast::tcp_stream& 
 
 }  // namespace
 
-asio::awaitable<void> run_tunnel(beast::tcp_stream& client, beast::flat_buffer& client_buffer, const Target& target,
+asio::awaitable<void> run_tunnel(ProxyStream& client, beast::flat_buffer& client_buffer, const Target& target,
                                  const config::Config& cfg, Worker& worker) {
   auto const start = std::chrono::steady_clock::now();
-  auto outcome = co_await connect_upstream(target, cfg, worker);
+  auto outcome = co_await connect_upstream(target, cfg, worker, true);
   if (!outcome.connection) {
     worker.stats().problems.fetch_add(1, std::memory_order_relaxed);
     co_await send_problem(client, *outcome.problem, 11, false, cfg.timeouts.client_header);

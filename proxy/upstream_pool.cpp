@@ -11,7 +11,8 @@ namespace {
 
 // An idle connection must have nothing to read: EOF or stray bytes mean the
 // upstream closed it or broke framing, and a request sent on it would fail
-// after leaving (an unknown outcome we can avoid for free).
+// after leaving (an unknown outcome we can avoid for free). On TLS, bytes
+// waiting while idle are a close_notify or a record we cannot judge: dropped too.
 bool still_usable(UpstreamConnection& c) {
   auto& sock = c.stream.socket();
   if (!sock.is_open()) return false;

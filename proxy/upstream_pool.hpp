@@ -1,10 +1,11 @@
 // Idle keep-alive connections to upstreams, one pool per network thread (so
-// no locks), bounded per host:port. A connection the upstream has closed
+// no locks), bounded per scheme://host:port. A connection the upstream has closed
 // while idle is dropped on take(), never handed out.
 #pragma once
 
+#include "proxy/stream.hpp"
+
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace idemgate::proxy {
 struct UpstreamConnection {
   explicit UpstreamConnection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
 
-  boost::beast::tcp_stream stream;
+  ProxyStream stream;  // TLS for https:// upstreams
   boost::beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
   std::uint64_t requests = 0;  // requests carried so far; > 0 means reused

@@ -1,0 +1,235 @@
+"""HTTPS end to end with real clients: TLS interception with idemgate's own
+CA (curl, python3 requests, Node 20 fetch through undici's ProxyAgent),
+verified TLS toward the upstream (a wrong certificate is 502
+upstream_tls_failed), and a gateway route to an HTTPS upstream. Every case
+does a guarded POST twice and asserts one effect: the second answer is the
+stored one, replayed."""
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BIN, Proxy, wait_until  # noqa: E402
+from tls_upstream import HttpsProvider, TestCa  # noqa: E402
+
+CHARGE = {"amount": 1000, "currency": "eur", "customer": "cus_1"}
+
+CONFIG = """\
+listen: 127.0.0.1:0
+threads: 2
+ledger: {{ url: "sqlite:./ledger.db" }}
+tls: {{ intercept: true, ca_cert: "{ca_dir}/ca.pem", ca_key: "{ca_dir}/ca.key", upstream_ca_file: "{upstream_ca}" }}
+egress: {{ allow_hosts: ["*"], allow_loopback: true, allow_private: false }}
+timeouts: {{ client_header: 5s, upstream_connect: 2s, upstream_response: 5s, idle: 10s, drain: 5s }}
+runs: {{ budget: 1000 }}
+routes:
+  - {{ prefix: /pay/, upstream: "https://localhost:{port}/" }}
+  - {{ prefix: /wrong/, upstream: "https://localhost:{wrong_port}/" }}
+tools:
+  - name: pay.charge
+    match: {{ host: localhost, port: {port}, method: POST, path: /v1/charges }}
+    effect: money
+    idempotency: {{ header: Idempotency-Key, mode: inject }}
+    retry: {{ bound: 2 }}
+    reconcile: {{ mode: same_key, ttl: 15m }}
+    receipt: /id
+  - name: wrong.charge
+    match: {{ host: localhost, port: {wrong_port}, method: POST, path: /v1/charges }}
+    effect: money
+    reconcile: {{ mode: same_key, ttl: 15m }}
+"""
+
+# Proxies set by the environment the tests run in must not reroute clients.
+CLEAN_ENV = {k: v for k, v in os.environ.items()
+             if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+CLEAN_ENV.update({"NO_PROXY": "", "no_proxy": ""})
+
+
+def node_undici_dir():
+    """A directory whose node_modules holds undici 6, installed with npm on
+    first use. No npm is a failure, never a skip."""
+    directory = os.environ.get("IDEMGATE_NODE_DIR") or os.path.join(tempfile.gettempdir(), "idemgate-node-undici")
+    if os.path.exists(os.path.join(directory, "node_modules", "undici", "package.json")):
+        return directory
+    npm = shutil.which("npm")
+    if not npm:
+        raise AssertionError("npm is not installed: the Node client test needs `npm install undici@6` "
+                             "(install nodejs and npm, scripts/packages.txt)")
+    os.makedirs(directory, exist_ok=True)
+    out = subprocess.run([npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", directory, "undici@6"],
+                         capture_output=True, timeout=300, env=CLEAN_ENV)
+    if out.returncode != 0:
+        raise AssertionError("npm install undici@6 failed:\n" + out.stderr.decode(errors="replace"))
+    return directory
+
+
+NODE_CLIENT = r"""
+const { ProxyAgent, fetch } = require('undici');
+const [proxy, url, body, run] = process.argv.slice(1);  // node -e: argv[1] is the first argument
+(async () => {
+  const dispatcher = new ProxyAgent({ uri: proxy });
+  const out = [];
+  for (let i = 0; i < 2; i++) {
+    const r = await fetch(url, { method: 'POST', body, dispatcher,
+                                 headers: { 'content-type': 'application/json', 'idemgate-run': run } });
+    out.push({ status: r.status, headers: Object.fromEntries(r.headers.entries()), body: await r.text() });
+  }
+  await dispatcher.close();
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e && e.cause ? e.cause : e); process.exit(1); });
+"""
+
+REQUESTS_CLIENT = r"""
+import json, sys
+import requests
+url, body, run = sys.argv[1:4]
+out = []
+with requests.Session() as s:  # both calls on one intercepted connection
+    for _ in range(2):
+        r = s.post(url, data=body, headers={"Content-Type": "application/json", "Idemgate-Run": run}, timeout=30)
+        out.append({"status": r.status_code, "headers": {k.lower(): v for k, v in r.headers.items()},
+                    "body": r.text})
+print(json.dumps(out))
+"""
+
+
+class TlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="idemgate-tls-")
+        cls.test_ca = TestCa(cls.dir)
+        good = cls.test_ca.cert_for("localhost", "DNS:localhost,IP:127.0.0.1")
+        wrong = cls.test_ca.cert_for("wrong.test", "DNS:wrong.test")
+        cls.ca_dir = os.path.join(cls.dir, "idemgate-ca")
+        out = subprocess.run([BIN, "ca", "init", "--dir", cls.ca_dir], capture_output=True, timeout=60)
+        assert out.returncode == 0, out.stderr.decode()
+        cls.proxy_ca = os.path.join(cls.ca_dir, "ca.pem")
+        cls.wrong = HttpsProvider(*wrong).__enter__()
+        cls.provider_cert = good
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.wrong.__exit__(None, None, None)
+
+    def setUp(self):
+        self.provider = HttpsProvider(*self.provider_cert).__enter__()
+        self.addCleanup(self.provider.__exit__, None, None, None)
+        cfg = CONFIG.format(ca_dir=self.ca_dir, upstream_ca=self.test_ca.cert, port=self.provider.port,
+                            wrong_port=self.wrong.port)
+        self.proxy = Proxy(cfg).start()
+        self.addCleanup(self.proxy.stop)
+
+    def assert_one_effect_replayed(self, answers):
+        first, second = answers
+        self.assertEqual(first["status"], 200, first)
+        self.assertEqual(first["headers"].get("idemgate-decision"), "forwarded", first)
+        self.assertEqual(second["status"], 200, second)
+        self.assertEqual(second["headers"].get("idemgate-decision"), "replayed", second)
+        self.assertEqual(second["headers"].get("idempotent-replayed"), "true", second)
+        self.assertEqual(json.loads(first["body"])["id"], json.loads(second["body"])["id"])
+        self.assertEqual(len(self.provider.effects_snapshot()), 1)
+        self.assertEqual(len(self.provider.writes()), 1)
+        # The upstream got the key idemgate minted, over TLS.
+        key = self.provider.writes()[0][5]
+        self.assertEqual(key, first["headers"].get("idemgate-key"))
+
+    def curl(self, *args):
+        cmd = ["curl", "-sS", "--max-time", "30", "-D", "-", "-o", "-"] + list(args)
+        out = subprocess.run(cmd, capture_output=True, timeout=60, env=CLEAN_ENV)
+        self.assertEqual(out.returncode, 0, out.stderr.decode())
+        raw = out.stdout
+        # -D - writes CONNECT's "200 Connection Established" block first.
+        blocks = raw.split(b"\r\n\r\n")
+        while blocks and b"Connection Established" in blocks[0].split(b"\r\n")[0]:
+            raw = raw.split(b"\r\n\r\n", 1)[1]
+            blocks = raw.split(b"\r\n\r\n")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        return {"status": int(lines[0].split()[1]), "headers": headers, "body": body.decode()}
+
+    def test_curl_through_interception(self):
+        # The run is named by the proxy user name on the CONNECT.
+        proxy = "http://run-curl:secret@127.0.0.1:%d" % self.proxy.port
+        answers = [self.curl("-x", proxy, "--cacert", self.proxy_ca, "-H", "Content-Type: application/json",
+                             "--data", json.dumps(CHARGE), self.provider.url("/v1/charges")) for _ in range(2)]
+        self.assert_one_effect_replayed(answers)
+        decisions = wait_until(lambda: [e for e in self.proxy.log_lines() if e.get("event") == "decision"] or None,
+                               10, "decision log lines")
+        self.assertTrue(all(d["run"] == "run-curl" for d in decisions), decisions)
+        # Neither the credentials nor idemgate's own headers went upstream.
+        headers = {k.lower() for k in self.provider.writes()[0][3]}
+        self.assertNotIn("proxy-authorization", headers)
+        self.assertNotIn("idemgate-run", headers)
+
+    def test_python_requests_through_interception(self):
+        env = dict(CLEAN_ENV, HTTPS_PROXY="http://127.0.0.1:%d" % self.proxy.port, REQUESTS_CA_BUNDLE=self.proxy_ca)
+        out = subprocess.run([sys.executable, "-c", REQUESTS_CLIENT, self.provider.url("/v1/charges"),
+                              json.dumps(CHARGE), "run-requests"], capture_output=True, timeout=120, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr.decode())
+        self.assert_one_effect_replayed(json.loads(out.stdout))
+
+    def test_node_fetch_through_undici_proxy_agent(self):
+        node = shutil.which("node")
+        self.assertIsNotNone(node, "node (Node 20) is not installed")
+        directory = node_undici_dir()
+        env = dict(CLEAN_ENV, NODE_EXTRA_CA_CERTS=self.proxy_ca, NODE_PATH=os.path.join(directory, "node_modules"))
+        out = subprocess.run([node, "-e", NODE_CLIENT, "http://127.0.0.1:%d" % self.proxy.port,
+                              self.provider.url("/v1/charges"), json.dumps(CHARGE), "run-node"],
+                             capture_output=True, timeout=120, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr.decode())
+        self.assert_one_effect_replayed(json.loads(out.stdout))
+
+    def test_wrong_upstream_certificate_is_502_upstream_tls_failed(self):
+        url = self.wrong.url("/v1/charges")
+        for extra in ([], ["-X", "GET"]):  # the guarded path, then pass-through (no tool matches GET)
+            answer = self.curl("-x", "http://127.0.0.1:%d" % self.proxy.port, "--cacert", self.proxy_ca,
+                               "-H", "Content-Type: application/json", "--data", json.dumps(CHARGE), *extra, url)
+            self.assertEqual(answer["status"], 502, answer)
+            self.assertEqual(answer["headers"]["content-type"], "application/problem+json")
+            problem = json.loads(answer["body"])
+            self.assertEqual(problem["reason_code"], "upstream_tls_failed", problem)
+            self.assertIn("wrong.test", problem["detail"])
+        # Through a gateway route too; and nothing was ever sent in plain text.
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
+        conn.request("GET", "/wrong/v1/items/1")
+        r = conn.getresponse()
+        self.assertEqual(r.status, 502)
+        self.assertEqual(json.loads(r.read())["reason_code"], "upstream_tls_failed")
+        self.assertEqual(len(self.wrong.requests), 0)
+
+    def test_gateway_route_enforces_the_same_policy(self):
+        answers = []
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
+            conn.request("POST", "/pay/v1/charges", body=json.dumps(CHARGE),
+                         headers={"Content-Type": "application/json", "Idemgate-Run": "run-route"})
+            r = conn.getresponse()
+            answers.append({"status": r.status, "headers": {k.lower(): v for k, v in r.getheaders()},
+                            "body": r.read().decode()})
+            conn.close()
+        self.assertEqual(answers[0]["headers"].get("idemgate-tool"), "pay.charge")
+        self.assert_one_effect_replayed(answers)
+        # The upstream saw its own path and Host, not the route's.
+        recorded = self.provider.writes()[0]
+        self.assertEqual(recorded[2], "/v1/charges")
+        self.assertEqual(recorded[3].get("Host"), "localhost:%d" % self.provider.port)
+
+    def test_origin_form_without_route_is_still_not_a_proxy_request(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
+        conn.request("GET", "/elsewhere/x")
+        r = conn.getresponse()
+        self.assertEqual(r.status, 400)
+        self.assertEqual(json.loads(r.read())["reason_code"], "not_a_proxy_request")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
