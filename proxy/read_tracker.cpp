@@ -32,4 +32,15 @@ void ReadTracker::record(const std::string& key, policy::AnswerClass answer_clas
   if (entries_.size() > 100000) entries_.clear();
 }
 
+void ReadTracker::note_validation(const std::string& run, const std::string& tool) {
+  std::lock_guard lock(mutex_);
+  if (validation_.size() > 100000) validation_.clear();
+  validation_.insert(run + "\n" + tool);
+}
+
+bool ReadTracker::validation_seen(const std::string& run, const std::string& tool) const {
+  std::lock_guard lock(mutex_);
+  return validation_.count(run + "\n" + tool) > 0;
+}
+
 }  // namespace idemgate::proxy

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace idemgate::proxy {
 
@@ -20,6 +21,11 @@ public:
   void record(const std::string& key, policy::AnswerClass answer_class,
               std::optional<policy::Clock::time_point> retry_not_before);
 
+  // Validation failures per (run, tool), a hint that saves the ledger query
+  // on every new write: only runs that failed validation are looked up.
+  void note_validation(const std::string& run, const std::string& tool);
+  bool validation_seen(const std::string& run, const std::string& tool) const;
+
 private:
   struct Entry {
     int failures = 0;
@@ -28,6 +34,7 @@ private:
   };
   mutable std::mutex mutex_;
   std::unordered_map<std::string, Entry> entries_;
+  std::unordered_set<std::string> validation_;
 };
 
 }  // namespace idemgate::proxy
