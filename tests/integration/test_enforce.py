@@ -237,6 +237,22 @@ class EnforcementCases(RefusalAssertions):
         self.assertEqual(len(self.provider.keys_seen()), 1)
 
 
+    def test_reconcile_resend_answered_409_stays_unknown(self):
+        # The first send lands but its answer is lost; the same-key re-send is
+        # answered "409 key in use" (the provider is still processing it).
+        # That settles nothing: the outcome must stay unknown, never denied.
+        self.provider.script("commit_then_drop")
+        self.provider.script("status", 409)
+        body = dict(CHARGE, customer="cus_409")
+        first = self.call("POST", "/v1/charges", body)
+        self.assert_refused(first, "money_unknown")
+        second = self.call("POST", "/v1/charges", body)
+        self.assert_refused(second, "money_unknown")
+        self.assertEqual(second.header("idemgate-class"), "unknown")
+        third = self.call("POST", "/v1/charges", body)  # the provider now answers with the stored charge
+        self.assertEqual(third.status, 200, third.body)
+        self.assertEqual(len(self.provider.effects_snapshot()), 1)
+
     def test_missing_required_field_is_missing_slot(self):
         answer = self.call("POST", "/v1/charges", {"amount": 5})
         problem = self.assert_refused(answer, "missing_slot", 422)
