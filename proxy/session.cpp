@@ -22,6 +22,7 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "policy/match.hpp"
@@ -66,11 +67,36 @@ public:
     }
     beast::error_code ignored;
     client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (body_unread_) co_await linger();
     client_.close();
   }
 
 private:
   enum class HeaderRead { ok, closed, problem_sent };
+
+  // Lingering close (as nginx's lingering_close): we answered before reading
+  // the whole request body (a 413, a refusal). Closing with unread bytes
+  // makes the kernel reset the connection, and a client still sending its
+  // body never reads our answer. Discard what it sends, within bounds.
+  asio::awaitable<void> linger() {
+    constexpr std::size_t max_bytes = 64u * 1024 * 1024;
+    auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::array<char, 16 * 1024> scratch;
+    std::size_t total = 0;
+    while (total < max_bytes && std::chrono::steady_clock::now() < until) {
+      client_.expires_at(std::min(until, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+      auto [ec, n] = co_await client_.async_read_some(asio::buffer(scratch), use_tuple);
+      if (ec) break;
+      total += n;
+    }
+  }
+
+  // Set when serve_one ends with a request body not (fully) read.
+  struct UnreadBodyCheck {
+    bool& flag;
+    const http::request_parser<http::buffer_body>& parser;
+    ~UnreadBodyCheck() { flag = parser.is_header_done() && !parser.is_done(); }
+  };
 
   // Reads one request header into parser_, checking the raw bytes first.
   asio::awaitable<HeaderRead> read_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser) {
@@ -142,6 +168,7 @@ private:
 
   asio::awaitable<bool> serve_one(const config::Config& cfg) {
     http::request_parser<http::buffer_body> parser;
+    UnreadBodyCheck const unread_check{body_unread_, parser};
     auto const got = co_await read_header(cfg, parser);
     if (got != HeaderRead::ok) co_return false;
     worker_.stats().requests.fetch_add(1, std::memory_order_relaxed);
@@ -368,6 +395,7 @@ private:
   beast::flat_buffer buffer_;
   Worker& worker_;
   bool idle_ = true;
+  bool body_unread_ = false;
   std::optional<Target> tls_origin_;  // set once a CONNECT was intercepted
   std::string connect_run_;           // the CONNECT's run header, for the requests inside
   std::string connect_auth_;          // and its Proxy-Authorization
