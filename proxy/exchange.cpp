@@ -5,6 +5,7 @@
 #include "proxy/worker.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
@@ -53,6 +54,8 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& re
     if (req.method() == http::verb::head) parser.skip(true);
     up->stream.expires_after(cfg.timeouts.upstream_response);
     auto [ec, n] = co_await http::async_read(up->stream, up->buffer, parser, use_tuple);
+    // A TLS upstream closing without close_notify ends an EOF-delimited body.
+    if (ec == asio::ssl::error::stream_truncated && parser.is_header_done() && parser.need_eof()) parser.put_eof(ec);
     if (ec) {
       answer.outcome = TransportOutcome::sent_no_answer;
       std::string const why = ec == beast::error::timeout ? "no complete answer within timeouts.upstream_response"

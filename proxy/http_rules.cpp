@@ -155,6 +155,19 @@ std::optional<Target> parse_authority_target(std::string_view text) {
   return t;
 }
 
+std::optional<Target> route_target(std::string_view prefix, std::string_view upstream, std::string_view origin) {
+  std::string_view const path = origin.substr(0, origin.find('?'));
+  if (prefix.empty() || !path.starts_with(prefix)) return std::nullopt;
+  auto base = parse_absolute_target(upstream);
+  if (!base) return std::nullopt;
+  std::string base_path = base->origin_form.substr(0, base->origin_form.find('?'));
+  while (!base_path.empty() && base_path.back() == '/') base_path.pop_back();
+  std::string_view rest = origin.substr(prefix.size());
+  while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);  // "/p" + "/x" is not "//x"
+  base->origin_form = base_path + "/" + std::string(rest);
+  return base;
+}
+
 bool acceptable_request_transfer_encoding(const http::fields& f) {
   auto const count = f.count(http::field::transfer_encoding);
   if (count == 0) return true;

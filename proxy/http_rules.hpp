@@ -47,6 +47,13 @@ std::optional<Target> parse_absolute_target(std::string_view target);
 // Parses a CONNECT authority-form target ("host:port"; port required).
 std::optional<Target> parse_authority_target(std::string_view target);
 
+// A gateway route: when the origin-form target's path starts with `prefix`
+// ("/stripe/"), the target on `upstream` ("https://api.stripe.com/v2/"):
+// the upstream's path, then the rest of the request's path and its query
+// ("/stripe/v1/charges?x=1" -> https://api.stripe.com/v2/v1/charges?x=1).
+// nullopt when the prefix does not match or upstream is not a URL.
+std::optional<Target> route_target(std::string_view prefix, std::string_view upstream, std::string_view origin);
+
 // Transfer-Encoding on a request must be exactly "chunked" (RFC 9112 6.1:
 // anything else cannot be framed reliably). Returns false when it is not.
 bool acceptable_request_transfer_encoding(const boost::beast::http::fields&);

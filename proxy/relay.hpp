@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -63,6 +64,9 @@ boost::asio::awaitable<RelayResult> relay_body(InStream& in, boost::beast::flat_
       if (in_buffer.size() == 0) in.expires_after(idle);
       auto [ec, n] = co_await http::async_read_some(in, in_buffer, p, use_tuple);
       if (ec == http::error::need_buffer) ec = {};
+      // A TLS peer closing without close_notify ends a body delimited by
+      // the close as well as a plain EOF does.
+      if (ec == asio::ssl::error::stream_truncated && p.is_header_done() && p.need_eof()) p.put_eof(ec);
       if (ec) {
         result.failure = RelayFailure::read;
         result.ec = ec;

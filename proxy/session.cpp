@@ -296,20 +296,13 @@ private:
   // A gateway route: the longest route prefix the origin-form target starts
   // with maps it onto that route's upstream base URL.
   static std::optional<Target> route_target(const config::Config& cfg, std::string_view origin) {
-    auto const q = origin.find('?');
-    std::string_view const path = origin.substr(0, q);
+    std::string_view const path = origin.substr(0, origin.find('?'));
     config::Route const* best = nullptr;
     for (auto const& r : cfg.routes) {
       if (path.starts_with(r.prefix) && (!best || r.prefix.size() > best->prefix.size())) best = &r;
     }
     if (!best) return std::nullopt;
-    auto base = parse_absolute_target(best->upstream);
-    if (!base) return std::nullopt;  // validated at load; never here
-    std::string base_path = base->origin_form.substr(0, base->origin_form.find('?'));
-    while (!base_path.empty() && base_path.back() == '/') base_path.pop_back();
-    std::string_view rest = origin.substr(best->prefix.size());
-    base->origin_form = base_path + "/" + std::string(rest);
-    return base;
+    return proxy::route_target(best->prefix, best->upstream, origin);
   }
 
   // CONNECT host:port: intercepted (TLS terminated here, requests served

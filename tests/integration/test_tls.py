@@ -23,7 +23,8 @@ CONFIG = """\
 listen: 127.0.0.1:0
 threads: 2
 ledger: {{ url: "sqlite:./ledger.db" }}
-tls: {{ intercept: true, ca_cert: "{ca_dir}/ca.pem", ca_key: "{ca_dir}/ca.key", upstream_ca_file: "{upstream_ca}" }}
+tls: {{ intercept: true, ca_cert: "{ca_dir}/ca.pem", ca_key: "{ca_dir}/ca.key", upstream_ca_file: "{upstream_ca}",
+       intercept_hosts: {intercept_hosts} }}
 egress: {{ allow_hosts: ["*"], allow_loopback: true, allow_private: false }}
 timeouts: {{ client_header: 5s, upstream_connect: 2s, upstream_response: 5s, idle: 10s, drain: 5s }}
 runs: {{ budget: 1000 }}
@@ -116,11 +117,13 @@ class TlsTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.wrong.__exit__(None, None, None)
 
+    INTERCEPT_HOSTS = "[]"
+
     def setUp(self):
         self.provider = HttpsProvider(*self.provider_cert).__enter__()
         self.addCleanup(self.provider.__exit__, None, None, None)
         cfg = CONFIG.format(ca_dir=self.ca_dir, upstream_ca=self.test_ca.cert, port=self.provider.port,
-                            wrong_port=self.wrong.port)
+                            wrong_port=self.wrong.port, intercept_hosts=self.INTERCEPT_HOSTS)
         self.proxy = Proxy(cfg).start()
         self.addCleanup(self.proxy.stop)
 
@@ -229,6 +232,29 @@ class TlsTest(unittest.TestCase):
         r = conn.getresponse()
         self.assertEqual(r.status, 400)
         self.assertEqual(json.loads(r.read())["reason_code"], "not_a_proxy_request")
+
+    def test_host_without_tools_is_a_blind_tunnel(self):
+        # 127.0.0.1 has no tools: the agent talks TLS with the upstream itself
+        # and sees the upstream's certificate (the test CA), not a minted one.
+        url = self.provider.url("/v1/items/1", host="127.0.0.1")
+        answer = self.curl("-x", "http://127.0.0.1:%d" % self.proxy.port, "--cacert", self.test_ca.cert, url)
+        self.assertEqual(answer["status"], 200, answer)
+        self.assertNotIn("idemgate-tool", answer["headers"])
+        self.assertNotIn("via", answer["headers"])
+        out = subprocess.run(["curl", "-sS", "--max-time", "30", "-x", "http://127.0.0.1:%d" % self.proxy.port,
+                              "--cacert", self.proxy_ca, url], capture_output=True, timeout=60, env=CLEAN_ENV)
+        self.assertNotEqual(out.returncode, 0, "a blind tunnel must not present idemgate's leaf")
+
+
+class InterceptHostsTest(TlsTest):
+    """tls.intercept_hosts: a host with no tools is intercepted too."""
+    INTERCEPT_HOSTS = '["127.0.0.1"]'
+
+    def test_host_without_tools_is_a_blind_tunnel(self):
+        url = self.provider.url("/v1/items/1", host="127.0.0.1")
+        answer = self.curl("-x", "http://127.0.0.1:%d" % self.proxy.port, "--cacert", self.proxy_ca, url)
+        self.assertEqual(answer["status"], 200, answer)
+        self.assertIn("idemgate", answer["headers"].get("via", ""))  # served by idemgate, over its own leaf
 
 
 if __name__ == "__main__":

@@ -115,3 +115,33 @@ TEST_CASE("Via gets this hop appended") {
   add_via(f, 10);
   CHECK(f[http::field::via] == "1.1 idemgate, 1.0 idemgate");
 }
+
+TEST_CASE("gateway route: prefix replaced by the upstream base, query kept") {
+  auto t = route_target("/stripe/", "https://api.stripe.com/", "/stripe/v1/charges?expand=x");
+  REQUIRE(t);
+  CHECK(t->scheme == "https");
+  CHECK(t->host == "api.stripe.com");
+  CHECK(t->port == 443);
+  CHECK(t->origin_form == "/v1/charges?expand=x");
+  CHECK(t->authority() == "api.stripe.com");
+}
+
+TEST_CASE("gateway route: a base path and a port are kept, slashes joined once") {
+  auto t = route_target("/gh/", "http://127.0.0.1:9000/api/v3/", "/gh/repos/a/b");
+  REQUIRE(t);
+  CHECK(t->scheme == "http");
+  CHECK(t->port == 9000);
+  CHECK(t->origin_form == "/api/v3/repos/a/b");
+  auto root = route_target("/gh/", "http://h/base", "/gh/");
+  REQUIRE(root);
+  CHECK(root->origin_form == "/base/");
+  auto slashes = route_target("/gh/", "http://h/", "/gh//x");
+  REQUIRE(slashes);
+  CHECK(slashes->origin_form == "/x");
+}
+
+TEST_CASE("gateway route: no match outside the prefix or in the query") {
+  CHECK_FALSE(route_target("/stripe/", "https://api.stripe.com/", "/stripex/v1"));
+  CHECK_FALSE(route_target("/stripe/", "https://api.stripe.com/", "/other?/stripe/"));
+  CHECK_FALSE(route_target("/stripe/", "not a url", "/stripe/v1"));
+}
