@@ -1,6 +1,7 @@
 // The async facade over the Store workers (see ledger.hpp). A call becomes a
-// Job holding the awaiting coroutine's completion handler; a worker runs it on
-// its own Store and posts the Result back to the handler's executor, keeping
+// Job holding the awaiting coroutine's completion handler; a worker takes a
+// batch of Jobs, runs them in one Store::batch() transaction, and posts each
+// Result back to its handler's executor once the batch committed, keeping
 // that executor's work count up meanwhile so its io_context does not return.
 #include "ledger/ledger.hpp"
 
@@ -13,6 +14,9 @@
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <optional>
+
 namespace idemgate::ledger {
 
 namespace asio = boost::asio;
@@ -20,12 +24,20 @@ using boost::system::error_code;
 
 class Ledger::Job {
  public:
+  explicit Job(Order order) : order(std::move(order)) {}
   virtual ~Job() = default;
+  // Runs the call on the store and keeps its Result until finish().
   virtual void run(Store& store) = 0;
+  // Posts the kept Result to the caller.
+  virtual void finish() = 0;
+  // Posts `why` instead (queue full, stopping, or the batch failed).
   virtual void fail(error_code why) = 0;
-  // Non-null for a reservation, which may share its transaction with others.
-  virtual const ReserveRequest* reservation() const noexcept { return nullptr; }
-  virtual void deliver(Result<Reservation>) {}
+  // Non-null for a reservation: the reservations of a batch are one
+  // multi-row statement, whose results come back through keep().
+  virtual ReserveRequest* reservation() noexcept { return nullptr; }
+  virtual void keep(Result<Reservation>) {}
+
+  const Order order;
 };
 
 namespace {
@@ -58,13 +70,15 @@ class Completion {
 template <class T, class Op, class Handler>
 class CallJob final : public Ledger::Job {
  public:
-  CallJob(Op op, Handler handler, LedgerStats& stats)
-      : op_(std::move(op)), complete_(std::move(handler), stats) {}
-  void run(Store& store) override { complete_(op_(store)); }
+  CallJob(Ledger::Order order, Op op, Handler handler, LedgerStats& stats)
+      : Job(std::move(order)), op_(std::move(op)), complete_(std::move(handler), stats) {}
+  void run(Store& store) override { result_.emplace(op_(store)); }
+  void finish() override { complete_(std::move(*result_)); }
   void fail(error_code why) override { complete_(Result<T>(why)); }
 
  private:
   Op op_;
+  std::optional<Result<T>> result_;
   Completion<T, Handler> complete_;
 };
 
@@ -72,18 +86,27 @@ template <class Handler>
 class ReserveJob final : public Ledger::Job {
  public:
   ReserveJob(ReserveRequest request, Handler handler, LedgerStats& stats)
-      : request_(std::move(request)), complete_(std::move(handler), stats) {}
+      : Job({Ledger::Order::reservations, {}, 0}),
+        request_(std::move(request)),
+        complete_(std::move(handler), stats) {}
   void run(Store& store) override {
-    deliver(std::move(store.reserve_intents({&request_, 1}).front()));
+    keep(std::move(store.reserve_intents({&request_, 1}).front()));
   }
+  void finish() override { complete_(std::move(*result_)); }
   void fail(error_code why) override { complete_(Result<Reservation>(why)); }
-  const ReserveRequest* reservation() const noexcept override { return &request_; }
-  void deliver(Result<Reservation> result) override { complete_(std::move(result)); }
+  ReserveRequest* reservation() noexcept override { return &request_; }
+  void keep(Result<Reservation> result) override { result_.emplace(std::move(result)); }
 
  private:
   ReserveRequest request_;
+  std::optional<Result<Reservation>> result_;
   Completion<Reservation, Handler> complete_;
 };
+
+Ledger::Order runs_order(const std::string& run) { return {Ledger::Order::runs, run, 0}; }
+Ledger::Order intent_order(std::int64_t id) { return {Ledger::Order::intents, {}, id}; }
+const Ledger::Order unlocked{Ledger::Order::unlocked, {}, 0};
+const Ledger::Order alone{Ledger::Order::alone, {}, 0};
 
 }  // namespace
 
@@ -150,17 +173,57 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::unique_lock<st
   std::vector<std::unique_ptr<Job>> batch;
   batch.push_back(std::move(queue_.front()));
   queue_.pop_front();
-  if (!batch.front()->reservation()) return batch;
-  // Group commit: every reservation waiting now joins this transaction.
+  if (batch.front()->order.phase == Order::alone) return batch;
+  // Group commit: every call waiting now joins this transaction.
   for (auto it = queue_.begin(); it != queue_.end() && batch.size() < options_.max_batch;) {
-    if ((*it)->reservation()) {
+    if ((*it)->order.phase != Order::alone) {
       batch.push_back(std::move(*it));
       it = queue_.erase(it);
     } else {
       ++it;
     }
   }
+  // The lock order; equal keys keep their queue order.
+  std::stable_sort(batch.begin(), batch.end(),
+                   [](const auto& a, const auto& b) { return a->order < b->order; });
   return batch;
+}
+
+void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
+  std::vector<Job*> reservers;
+  for (auto& job : batch)
+    if (job->reservation()) reservers.push_back(job.get());
+  auto body = [&] {
+    for (auto& job : batch) {
+      if (!job->reservation()) {
+        job->run(store);
+      } else if (job.get() == reservers.front()) {
+        // The batch's reservations: one multi-row statement.
+        std::vector<ReserveRequest> requests;
+        requests.reserve(reservers.size());
+        for (auto* r : reservers) requests.push_back(std::move(*r->reservation()));
+        auto results = store.reserve_intents(requests);
+        for (std::size_t i = 0; i < reservers.size(); ++i)
+          reservers[i]->keep(std::move(results[i]));
+      }
+    }
+  };
+  error_code failed;
+  if (batch.size() == 1)
+    body();  // its own transaction: no savepoint needed
+  else
+    failed = store.batch(body);
+  if (failed) {
+    for (auto& job : batch) job->fail(failed);
+    return;
+  }
+  stats_.batches.fetch_add(1, std::memory_order_relaxed);
+  stats_.batched_jobs.fetch_add(batch.size(), std::memory_order_relaxed);
+  if (!reservers.empty()) {
+    stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
+    stats_.reservations.fetch_add(reservers.size(), std::memory_order_relaxed);
+  }
+  for (auto& job : batch) job->finish();
 }
 
 void Ledger::work(Store& store) {
@@ -172,28 +235,18 @@ void Ledger::work(Store& store) {
       if (queue_.empty()) return;
       batch = take_batch(lock);
     }
-    if (!batch.front()->reservation()) {
-      batch.front()->run(store);
-      continue;
-    }
-    std::vector<ReserveRequest> requests;
-    requests.reserve(batch.size());
-    for (auto& job : batch) requests.push_back(*job->reservation());
-    auto results = store.reserve_intents(requests);
-    stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
-    stats_.reservations.fetch_add(batch.size(), std::memory_order_relaxed);
-    for (std::size_t i = 0; i < batch.size(); ++i) batch[i]->deliver(std::move(results[i]));
+    run_batch(store, batch);
   }
 }
 
 template <class T, class Op>
-Awaitable<T> Ledger::call(Op op) {
+Awaitable<T> Ledger::call(Order order, Op op) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
   return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<T>)>(
-      [this, op = std::move(op)](auto handler) mutable {
+      [this, order = std::move(order), op = std::move(op)](auto handler) mutable {
         using Handler = decltype(handler);
-        enqueue(std::make_unique<CallJob<T, Op, Handler>>(std::move(op), std::move(handler),
-                                                          stats_));
+        enqueue(std::make_unique<CallJob<T, Op, Handler>>(std::move(order), std::move(op),
+                                                          std::move(handler), stats_));
       },
       asio::use_awaitable);
 }
@@ -211,7 +264,8 @@ Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSna
 }
 
 Awaitable<AttemptStart> Ledger::begin_attempt(std::int64_t intent_id, int max_attempts) {
-  return call<AttemptStart>([intent_id, max_attempts, replica = options_.replica_id](Store& s) {
+  return call<AttemptStart>(intent_order(intent_id), [intent_id, max_attempts,
+                                                      replica = options_.replica_id](Store& s) {
     return s.begin_attempt(intent_id, replica, max_attempts);
   });
 }
@@ -220,7 +274,10 @@ Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {
   if (outcome.response)
     outcome.response =
         redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
-  return call<Intent>([outcome = std::move(outcome)](Store& s) { return s.record_outcome(outcome); });
+  auto order = intent_order(outcome.intent_id);
+  return call<Intent>(std::move(order), [outcome = std::move(outcome)](Store& s) {
+    return s.record_outcome(outcome);
+  });
 }
 
 Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {
@@ -233,76 +290,95 @@ Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {
 }
 
 Awaitable<Intent> Ledger::find_intent(std::int64_t intent_id) {
-  return call<Intent>([intent_id](Store& s) { return s.find_intent(intent_id); });
+  return call<Intent>(unlocked, [intent_id](Store& s) { return s.find_intent(intent_id); });
 }
 
 Awaitable<Intent> Ledger::find_intent_by_key(std::string key) {
-  return call<Intent>([key = std::move(key)](Store& s) { return s.find_intent_by_key(key); });
+  return call<Intent>(unlocked,
+                      [key = std::move(key)](Store& s) { return s.find_intent_by_key(key); });
 }
 
 Awaitable<std::vector<Intent>> Ledger::list_intents_by_run(std::string run, int limit) {
-  return call<std::vector<Intent>>(
-      [run = std::move(run), limit](Store& s) { return s.list_intents_by_run(run, limit); });
+  return call<std::vector<Intent>>(unlocked, [run = std::move(run), limit](Store& s) {
+    return s.list_intents_by_run(run, limit);
+  });
+}
+
+Awaitable<std::int64_t> Ledger::count_intents(std::string run, std::string tool,
+                                              std::string answer_class,
+                                              std::int64_t except_intent) {
+  return call<std::int64_t>(unlocked, [run = std::move(run), tool = std::move(tool),
+                                       answer_class = std::move(answer_class),
+                                       except_intent](Store& s) {
+    return s.count_intents(run, tool, answer_class, except_intent);
+  });
 }
 
 Awaitable<std::vector<Intent>> Ledger::list_unknown_past_ttl(int limit) {
-  return call<std::vector<Intent>>([limit](Store& s) { return s.list_unknown_past_ttl(limit); });
+  return call<std::vector<Intent>>(unlocked,
+                                   [limit](Store& s) { return s.list_unknown_past_ttl(limit); });
 }
 
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
-  return call<RunCharge>(
-      [run = std::move(run), budget, kind](Store& s) { return s.count_call(run, budget, kind); });
+  auto order = runs_order(run);
+  return call<RunCharge>(std::move(order), [run = std::move(run), budget, kind](Store& s) {
+    return s.count_call(run, budget, kind);
+  });
 }
 
 Awaitable<Run> Ledger::find_run(std::string run) {
-  return call<Run>([run = std::move(run)](Store& s) { return s.find_run(run); });
+  return call<Run>(unlocked, [run = std::move(run)](Store& s) { return s.find_run(run); });
 }
 
 Awaitable<Run> Ledger::freeze_run(std::string run, std::string reason) {
-  return call<Run>([run = std::move(run), reason = std::move(reason)](Store& s) {
+  auto order = runs_order(run);
+  return call<Run>(std::move(order), [run = std::move(run), reason = std::move(reason)](Store& s) {
     return s.set_run_state(run, RunState::frozen, reason);
   });
 }
 
 Awaitable<Run> Ledger::unfreeze_run(std::string run) {
-  return call<Run>(
-      [run = std::move(run)](Store& s) { return s.set_run_state(run, RunState::active, ""); });
+  auto order = runs_order(run);
+  return call<Run>(std::move(order), [run = std::move(run)](Store& s) {
+    return s.set_run_state(run, RunState::active, "");
+  });
 }
 
 Awaitable<Run> Ledger::kill_run(std::string run, std::string reason) {
-  return call<Run>([run = std::move(run), reason = std::move(reason)](Store& s) {
+  auto order = runs_order(run);
+  return call<Run>(std::move(order), [run = std::move(run), reason = std::move(reason)](Store& s) {
     return s.set_run_state(run, RunState::killed, reason);
   });
 }
 
 Awaitable<std::int64_t> Ledger::persist_escalation(EscalationRequest request) {
   return call<std::int64_t>(
-      [request = std::move(request)](Store& s) { return s.persist_escalation(request); });
+      unlocked, [request = std::move(request)](Store& s) { return s.persist_escalation(request); });
 }
 
 Awaitable<Escalation> Ledger::find_escalation(std::int64_t id) {
-  return call<Escalation>([id](Store& s) { return s.find_escalation(id); });
+  return call<Escalation>(unlocked, [id](Store& s) { return s.find_escalation(id); });
 }
 
 Awaitable<std::vector<Escalation>> Ledger::list_escalations(std::optional<EscalationState> state,
                                                             int limit) {
   return call<std::vector<Escalation>>(
-      [state, limit](Store& s) { return s.list_escalations(state, limit); });
+      unlocked, [state, limit](Store& s) { return s.list_escalations(state, limit); });
 }
 
 Awaitable<Escalation> Ledger::resolve_escalation(ResolveRequest request) {
   return call<Escalation>(
-      [request = std::move(request)](Store& s) { return s.resolve_escalation(request); });
+      alone, [request = std::move(request)](Store& s) { return s.resolve_escalation(request); });
 }
 
 Awaitable<void> Ledger::record_refusal(std::int64_t intent_id, std::string reason_code) {
-  return call<void>([intent_id, reason_code = std::move(reason_code)](Store& s) {
+  return call<void>(unlocked, [intent_id, reason_code = std::move(reason_code)](Store& s) {
     return s.record_refusal(intent_id, reason_code);
   });
 }
 
 Awaitable<int> Ledger::recover_stale(Millis lease) {
-  return call<int>([lease](Store& s) { return s.recover_stale(lease); });
+  return call<int>(alone, [lease](Store& s) { return s.recover_stale(lease); });
 }
 
 }  // namespace idemgate::ledger

@@ -2,8 +2,19 @@
 // caller's thread. Each call is queued (bounded: a full queue answers
 // errc::busy at once) to worker threads that own one Store each (PostgreSQL:
 // a pool, one connection per worker; SQLite: one thread), and the result is
-// posted back to the awaiting coroutine's executor. Concurrent reservations
-// taken by one worker are committed in one transaction (group commit).
+// posted back to the awaiting coroutine's executor.
+//
+// Group commit: a worker takes every call waiting in the queue (up to
+// max_batch, any kind) and runs them in one transaction with one durable
+// commit, each in its own savepoint, so one call's error (illegal_transition,
+// not_found) rolls back that call only. Results are posted after the commit;
+// a batch whose transaction fails (connection lost, commit failed) fails
+// every call in it with that error (unavailable: nothing is known written).
+// Reservations in a batch are still one multi-row statement. A caller awaits
+// each call before the next, so batching never reorders one caller's calls.
+// Within a batch, calls take their locks in one global order (runs, then
+// reservations, then intents by id, then the rest) so that concurrent
+// batches, in this process or another replica, do not deadlock.
 //
 // Every call completes with a Result; errors to expect on the request path:
 // busy and unavailable (answer 503 ledger_unavailable, dispatch nothing),
@@ -28,6 +39,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,7 +51,7 @@ using Awaitable = boost::asio::awaitable<Result<T>>;
 struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
   std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::busy
-  std::size_t max_batch = 64;          // reservations committed together at most
+  std::size_t max_batch = 64;          // calls committed together (one transaction) at most
   std::uint64_t response_cap = 256 * 1024;
   config::Redact redact;
 };
@@ -48,9 +60,15 @@ struct LedgerOptions {
 struct LedgerStats {
   std::atomic<std::uint64_t> calls{0};
   std::atomic<std::uint64_t> busy_rejections{0};
-  std::atomic<std::uint64_t> reserve_batches{0};      // transactions that reserved
+  std::atomic<std::uint64_t> reserve_batches{0};      // committed transactions that reserved
   std::atomic<std::uint64_t> reservations{0};         // requests those transactions carried
   std::atomic<std::uint64_t> errors{0};               // calls completed with an error
+  // Group commit: transactions the workers ran to completion (a batch, or a
+  // call alone) and the calls they carried; batched_jobs / batches is the
+  // mean number of calls per durable commit. A batch that failed as a whole
+  // is not counted.
+  std::atomic<std::uint64_t> batches{0};
+  std::atomic<std::uint64_t> batched_jobs{0};
 };
 
 class Ledger {
@@ -83,6 +101,10 @@ class Ledger {
   Awaitable<Intent> find_intent(std::int64_t intent_id);
   Awaitable<Intent> find_intent_by_key(std::string key);
   Awaitable<std::vector<Intent>> list_intents_by_run(std::string run, int limit = 100);
+  // How many intents of `run` for `tool` last answered `answer_class`,
+  // `except_intent` (0: none) aside; reads no row out (Store::count_intents).
+  Awaitable<std::int64_t> count_intents(std::string run, std::string tool,
+                                        std::string answer_class, std::int64_t except_intent = 0);
 
   // Unknown intents past their TTL, oldest first: escalate each.
   Awaitable<std::vector<Intent>> list_unknown_past_ttl(int limit = 100);
@@ -112,9 +134,20 @@ class Ledger {
   // A queued unit of work; public only for the implementation's job types.
   class Job;
 
+  // Where a call goes in its batch: a batch takes its locks in this order,
+  // by phase, then text, then number. alone: never batched (the call takes
+  // locks in an order of its own, or many rows).
+  struct Order {
+    enum Phase { runs, reservations, intents, unlocked, alone } phase = unlocked;
+    std::string text;
+    std::int64_t number = 0;
+    auto operator<=>(const Order&) const = default;
+  };
+
  private:
   template <class T, class Op>
-  Awaitable<T> call(Op op);
+  Awaitable<T> call(Order order, Op op);
+  void run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch);
   // false when the queue is full (or the ledger is stopping).
   bool enqueue(std::unique_ptr<Job> job);
   void work(Store& store);

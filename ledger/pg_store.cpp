@@ -1,6 +1,8 @@
 // The PostgreSQL backend (see pg_store.hpp). Values are inlined with
 // pqxx's quote()/quote_raw() (libpq escaping), so one code path serves both
-// single calls and the multi-row group-commit reservation.
+// single calls and the multi-row group-commit reservation. Every method body
+// runs either as its own transaction or, inside batch(), between SAVEPOINT
+// and RELEASE (ROLLBACK TO on error) of the batch's one transaction.
 #include "ledger/pg_store.hpp"
 
 #include "ledger/migrations.hpp"
@@ -163,9 +165,106 @@ error_code PgStore::connect() {
   }
 }
 
+struct PgStore::OpenBatch {
+  explicit OpenBatch(pqxx::connection& c) : w(c) {}
+  pqxx::work w;
+  error_code error;  // set when the transaction itself failed
+};
+
+template <class T, class F>
+Result<T> PgStore::in_savepoint(F& body) {
+  auto& b = *batch_;
+  if (b.error) return Result<T>(b.error);
+  auto fail_batch = [&](errc why) {
+    b.error = why;
+    return Result<T>(b.error);
+  };
+  for (int attempt = 0;; ++attempt) {
+    // Between statements the socket has nothing to read unless the server
+    // ended the session: fail the batch without sending on a dead connection.
+    if (ended_by_server(connection_->c.sock())) return fail_batch(errc::unavailable);
+    error_code error;
+    try {
+      b.w.exec("SAVEPOINT job");
+      if constexpr (std::is_void_v<T>) {
+        body(b.w);
+        b.w.exec("RELEASE SAVEPOINT job");
+        return Result<T>();
+      } else {
+        T value = body(b.w);
+        b.w.exec("RELEASE SAVEPOINT job");
+        return Result<T>(std::move(value));
+      }
+    } catch (const Abort& a) {
+      error = a.code;
+    } catch (const pqxx::broken_connection&) {
+      return fail_batch(errc::unavailable);
+    } catch (const pqxx::in_doubt_error&) {
+      return fail_batch(errc::unavailable);
+    } catch (const pqxx::transaction_rollback&) {
+      // Deadlock or serialisation failure: rolling back to the savepoint
+      // releases this call's locks; run it again, a bounded number of times.
+      error = attempt < 3 ? error_code() : error_code(errc::conflict);
+    } catch (const pqxx::sql_error& e) {
+      if (is_connection_state(e.sqlstate())) return fail_batch(errc::unavailable);
+      error = e.sqlstate() == "57014" || e.sqlstate() == "55P03" ? errc::busy
+                                                                  : errc::storage_failure;
+    } catch (const std::exception&) {
+      error = errc::storage_failure;
+    }
+    // Undo this call's part only; the rest of the batch goes on.
+    try {
+      b.w.exec("ROLLBACK TO SAVEPOINT job");
+      b.w.exec("RELEASE SAVEPOINT job");
+    } catch (const std::exception&) {
+      return fail_batch(errc::unavailable);
+    }
+    if (error) return Result<T>(error);
+  }
+}
+
+error_code PgStore::batch(const std::function<void()>& body) {
+  if (batch_) return errc::invalid_argument;
+  if (auto ec = connect()) return ec;
+  error_code error;
+  try {
+    OpenBatch open(connection_->c);
+    batch_ = &open;
+    try {
+      body();
+    } catch (const std::exception&) {
+      if (!open.error) open.error = errc::storage_failure;
+    }
+    batch_ = nullptr;
+    if (!open.error && ended_by_server(connection_->c.sock())) open.error = errc::unavailable;
+    if (!open.error) {
+      open.w.commit();
+      return {};
+    }
+    error = open.error;  // the work rolls back as it goes...
+    // ...unless the connection is dead: then nothing is sent (libpqxx 6.4
+    // leaks the result of a statement sent on a dead connection).
+    if (error == errc::unavailable) connection_->c.disconnect();
+  } catch (const pqxx::broken_connection&) {
+    error = errc::unavailable;
+  } catch (const pqxx::in_doubt_error&) {
+    error = errc::unavailable;  // the caller fails closed; its retry finds what committed
+  } catch (const pqxx::transaction_rollback&) {
+    error = errc::conflict;
+  } catch (const pqxx::sql_error& e) {
+    error = is_connection_state(e.sqlstate()) ? errc::unavailable : errc::storage_failure;
+  } catch (const std::exception&) {
+    error = errc::storage_failure;
+  }
+  batch_ = nullptr;
+  if (error == errc::unavailable || error == errc::storage_failure) drop_connection();
+  return error;
+}
+
 template <class F>
 auto PgStore::transact(F&& body) {
   using T = std::invoke_result_t<F&, pqxx::work&>;
+  if (batch_) return in_savepoint<T>(body);
   // Deadlocks and serialisation failures roll back with nothing written:
   // the transaction is simply run again, a bounded number of times.
   for (int attempt = 0;; ++attempt) {
@@ -421,6 +520,18 @@ Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run,
                                                  std::to_string(limit))))
       out.push_back(read_intent(PgRow(row)));
     return out;
+  });
+}
+
+Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::string& tool,
+                                            const std::string& answer_class,
+                                            std::int64_t except_intent) {
+  return transact([&](pqxx::work& w) {
+    return w
+        .exec("SELECT count(*) FROM intents WHERE run_id = " + q(w, run) + " AND tool = " +
+              q(w, tool) + " AND answer_class = " + q(w, answer_class) +
+              " AND id <> " + std::to_string(except_intent))[0][0]
+        .as<std::int64_t>();
   });
 }
 

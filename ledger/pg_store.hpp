@@ -4,6 +4,8 @@
 // blocking the worker). statement_timeout bounds every statement, TCP
 // keepalives bound a silent peer, and a connection lost mid-transaction
 // becomes errc::unavailable. Commits are synchronous (synchronous_commit on).
+// batch() is one transaction with a SAVEPOINT per method call in it; a
+// connection lost mid-batch fails the whole batch with errc::unavailable.
 #pragma once
 
 #include "ledger/store.hpp"
@@ -19,6 +21,7 @@ class PgStore final : public Store {
   ~PgStore() override;
 
   Result<int> migrate() override;
+  boost::system::error_code batch(const std::function<void()>& body) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
   Result<AttemptStart> begin_attempt(std::int64_t intent_id, const std::string& replica,
                                      int max_attempts) override;
@@ -26,6 +29,9 @@ class PgStore final : public Store {
   Result<Intent> find_intent(std::int64_t intent_id) override;
   Result<Intent> find_intent_by_key(const std::string& key) override;
   Result<std::vector<Intent>> list_intents_by_run(const std::string& run, int limit) override;
+  Result<std::int64_t> count_intents(const std::string& run, const std::string& tool,
+                                     const std::string& answer_class,
+                                     std::int64_t except_intent) override;
   Result<std::vector<Intent>> list_unknown_past_ttl(int limit) override;
   Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
   Result<Run> find_run(const std::string& run) override;
@@ -40,9 +46,12 @@ class PgStore final : public Store {
   Result<int> recover_stale(Millis lease) override;
 
  private:
-  // Runs body(pqxx::work&) in one transaction; returns its Result.
+  // Runs body(pqxx::work&) in one transaction, or in a savepoint of the open
+  // batch(); returns its Result.
   template <class F>
   auto transact(F&& body);
+  template <class T, class F>
+  Result<T> in_savepoint(F& body);
   // Connects when there is no connection and the backoff has passed.
   boost::system::error_code connect();
   void drop_connection();
@@ -51,6 +60,8 @@ class PgStore final : public Store {
   Millis statement_timeout_;
   struct Connection;  // pqxx::connection, kept out of this header
   std::unique_ptr<Connection> connection_;
+  struct OpenBatch;  // the batch's pqxx::work and its failure, if any
+  OpenBatch* batch_ = nullptr;
   Millis backoff_{0};
   std::chrono::steady_clock::time_point next_connect_{};
 };

@@ -1,5 +1,6 @@
-// The SQLite backend (see sqlite_store.hpp). Every method is one transaction;
-// SqliteError and detail::Abort thrown inside become Results at transact().
+// The SQLite backend (see sqlite_store.hpp). Every method is one transaction,
+// or one savepoint of the open batch(); SqliteError and detail::Abort thrown
+// inside become Results at transact().
 #include "ledger/sqlite_store.hpp"
 
 #include "ledger/migrations.hpp"
@@ -8,6 +9,8 @@
 #include "ledger/transitions.hpp"
 
 #include <sqlite3.h>
+
+#include <utility>
 
 namespace idemgate::ledger {
 
@@ -71,8 +74,75 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path,
 SqliteStore::~SqliteStore() { sqlite3_close_v2(db_); }
 
 template <class F>
+auto SqliteStore::in_savepoint(F& body) -> Result<std::invoke_result_t<F&>> {
+  using T = std::invoke_result_t<F&>;
+  if (batch_error_) return batch_error_;
+  try {
+    sqlite::exec(db_, "SAVEPOINT job");
+  } catch (const sqlite::SqliteError& e) {
+    batch_error_ = map_sqlite(e.code);
+    return batch_error_;
+  }
+  boost::system::error_code error;
+  try {
+    if constexpr (std::is_void_v<T>) {
+      body();
+      sqlite::exec(db_, "RELEASE job");
+      return {};
+    } else {
+      T value = body();
+      sqlite::exec(db_, "RELEASE job");
+      return value;
+    }
+  } catch (const Abort& a) {
+    error = a.code;
+  } catch (const sqlite::SqliteError& e) {
+    error = map_sqlite(e.code);
+  } catch (const std::exception&) {
+    error = errc::storage_failure;
+  }
+  // Some errors (I/O, disk full) make SQLite roll the whole transaction back:
+  // then the batch has failed. Otherwise only this method's part is undone.
+  if (sqlite3_get_autocommit(db_)) {
+    batch_error_ = error;
+  } else if (sqlite3_exec(db_, "ROLLBACK TO job; RELEASE job", nullptr, nullptr, nullptr) !=
+             SQLITE_OK) {
+    batch_error_ = errc::storage_failure;
+  }
+  return error;
+}
+
+boost::system::error_code SqliteStore::batch(const std::function<void()>& body) {
+  if (in_batch_) return errc::invalid_argument;
+  try {
+    sqlite::exec(db_, "BEGIN IMMEDIATE");
+  } catch (const sqlite::SqliteError& e) {
+    return map_sqlite(e.code);
+  }
+  in_batch_ = true;
+  batch_error_ = {};
+  try {
+    body();
+  } catch (const std::exception&) {
+    if (!batch_error_) batch_error_ = errc::storage_failure;
+  }
+  in_batch_ = false;
+  if (!batch_error_) {
+    try {
+      sqlite::exec(db_, "COMMIT");
+      return {};
+    } catch (const sqlite::SqliteError& e) {
+      batch_error_ = map_sqlite(e.code);
+    }
+  }
+  if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  return std::exchange(batch_error_, {});
+}
+
+template <class F>
 auto SqliteStore::transact(Lock lock, F&& body) -> Result<std::invoke_result_t<F&>> {
   using T = std::invoke_result_t<F&>;
+  if (in_batch_) return in_savepoint(body);
   try {
     // IMMEDIATE takes the write lock up front, so a read-then-write inside
     // never deadlocks against another writer (it waits busy_timeout instead).
@@ -304,6 +374,18 @@ Result<std::vector<Intent>> SqliteStore::list_intents_by_run(const std::string& 
     std::vector<Intent> out;
     while (s.step()) out.push_back(read_intent(s));
     return out;
+  });
+}
+
+Result<std::int64_t> SqliteStore::count_intents(const std::string& run, const std::string& tool,
+                                                const std::string& answer_class,
+                                                std::int64_t except_intent) {
+  return transact(Lock::read, [&] {
+    Statement s(db_, "SELECT count(*) FROM intents WHERE run_id = ? AND tool = ? AND "
+                     "answer_class = ? AND id <> ?");
+    s.bind(1, run).bind(2, tool).bind(3, answer_class).bind(4, except_intent);
+    s.step();
+    return s.int64(0);
   });
 }
 

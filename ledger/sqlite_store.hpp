@@ -19,6 +19,8 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   Result<int> migrate() override;
+  // BEGIN IMMEDIATE ... SAVEPOINT/RELEASE (ROLLBACK TO) per method ... COMMIT.
+  boost::system::error_code batch(const std::function<void()>& body) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
   Result<AttemptStart> begin_attempt(std::int64_t intent_id, const std::string& replica,
                                      int max_attempts) override;
@@ -26,6 +28,9 @@ class SqliteStore final : public Store {
   Result<Intent> find_intent(std::int64_t intent_id) override;
   Result<Intent> find_intent_by_key(const std::string& key) override;
   Result<std::vector<Intent>> list_intents_by_run(const std::string& run, int limit) override;
+  Result<std::int64_t> count_intents(const std::string& run, const std::string& tool,
+                                     const std::string& answer_class,
+                                     std::int64_t except_intent) override;
   Result<std::vector<Intent>> list_unknown_past_ttl(int limit) override;
   Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
   Result<Run> find_run(const std::string& run) override;
@@ -43,8 +48,11 @@ class SqliteStore final : public Store {
   explicit SqliteStore(sqlite3* db) : db_(db) {}
 
   enum class Lock { read, write };
+  // Its own transaction, or a savepoint inside the open batch().
   template <class F>
   auto transact(Lock lock, F&& body) -> Result<std::invoke_result_t<F&>>;
+  template <class F>
+  auto in_savepoint(F& body) -> Result<std::invoke_result_t<F&>>;
 
   Intent load_intent(std::int64_t id);
   std::optional<Run> load_run(const std::string& run);
@@ -53,6 +61,8 @@ class SqliteStore final : public Store {
   int recover_where(const std::string& attempt_filter, const std::string& bound);
 
   sqlite3* db_;
+  bool in_batch_ = false;
+  boost::system::error_code batch_error_;  // the open batch's transaction failed
 };
 
 }  // namespace idemgate::ledger

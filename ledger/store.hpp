@@ -1,12 +1,14 @@
 // The synchronous ledger interface both backends implement. Each method is
 // one database transaction and returns a Result: nothing is thrown across it.
-// A Store is one thread's at a time (it owns one connection); the async
-// Ledger facade gives each worker thread its own Store.
+// Inside batch() the methods share one transaction instead (group commit),
+// each in its own savepoint. A Store is one thread's at a time (it owns one
+// connection); the async Ledger facade gives each worker thread its own Store.
 #pragma once
 
 #include "ledger/errc.hpp"
 #include "ledger/types.hpp"
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,6 +23,22 @@ class Store {
   // Applies missing migrations; returns the schema version now in force.
   // errc::newer_schema when the database is ahead of this binary.
   virtual Result<int> migrate() = 0;
+
+  // Group commit: opens one write transaction, runs body, and commits it
+  // once (one durable commit for everything body did). While body runs,
+  // every method called on this Store runs inside that transaction in its
+  // own savepoint: a method that fails (illegal_transition, not_found,
+  // busy...) rolls back to its savepoint only and returns its error, and the
+  // batch goes on. The returned error is the transaction's own (connection
+  // lost, commit failed, disk full): when set, nothing body did is known to
+  // be written, every Result body collected must be discarded, and the
+  // methods body called after the failure returned that error at once.
+  // Not reentrant. The default runs body with no shared transaction (every
+  // method commits by itself), for stores that do not batch.
+  virtual boost::system::error_code batch(const std::function<void()>& body) {
+    body();
+    return {};
+  }
 
   // Reserves each request, all in one transaction (group commit). For each
   // scope+fingerprint exactly one caller across all processes gets
@@ -48,6 +66,12 @@ class Store {
   virtual Result<Intent> find_intent_by_key(const std::string& key) = 0;
   virtual Result<std::vector<Intent>> list_intents_by_run(const std::string& run,
                                                           int limit) = 0;
+  // How many intents of `run` for `tool` last answered `answer_class`
+  // (policy::AnswerClass name), not counting `except_intent` (0: none).
+  // Reads no rows out, unlike list_intents_by_run.
+  virtual Result<std::int64_t> count_intents(const std::string& run, const std::string& tool,
+                                             const std::string& answer_class,
+                                             std::int64_t except_intent) = 0;
 
   // Unknown intents whose unknown_ttl has run out (oldest first): each is
   // escalated (tool_outcome_unknown / money_unknown), never silently kept.

@@ -1,6 +1,7 @@
 // The Ledger facade without a database: a full queue answers busy at once
-// (while the worker is still stuck), and reservations waiting together are
-// committed in one Store call (group commit).
+// (while the worker is still stuck), calls waiting together are committed in
+// one Store::batch() (group commit; reservations in one Store call), in lock
+// order, and a batch that fails fails every call in it.
 #include "backend.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -33,9 +34,31 @@ class GatedStore final : public Store {
     std::lock_guard lock(mutex_);
     return batches_;
   }
+  // The calls each Store::batch() ran, in order.
+  std::vector<std::vector<std::string>> transactions() {
+    std::lock_guard lock(mutex_);
+    return transactions_;
+  }
+  // Every batch() from now on fails with `why` (after running its body).
+  void fail_batches(boost::system::error_code why) {
+    std::lock_guard lock(mutex_);
+    batch_error_ = why;
+  }
+
+  boost::system::error_code batch(const std::function<void()>& body) override {
+    {
+      std::lock_guard lock(mutex_);
+      transactions_.emplace_back();
+      in_batch_ = true;
+    }
+    body();
+    std::lock_guard lock(mutex_);
+    in_batch_ = false;
+    return batch_error_;
+  }
 
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest> r) override {
-    enter();
+    enter("reserve_intents");
     std::lock_guard lock(mutex_);
     batches_.push_back(r.size());
     std::vector<Result<Reservation>> out;
@@ -47,17 +70,31 @@ class GatedStore final : public Store {
     return out;
   }
   Result<Intent> find_intent(std::int64_t) override {
-    enter();
+    enter("find_intent");
     return boost::system::error_code(errc::not_found);
+  }
+  Result<RunCharge> count_call(const std::string& run, std::int64_t, CallKind) override {
+    enter("count_call " + run);
+    return RunCharge{};
+  }
+  Result<AttemptStart> begin_attempt(std::int64_t id, const std::string&, int) override {
+    enter("begin_attempt " + std::to_string(id));
+    return AttemptStart{};
+  }
+  Result<Intent> record_outcome(const Outcome& o) override {
+    enter("record_outcome " + std::to_string(o.intent_id));
+    if (o.attempt == 0) return boost::system::error_code(errc::illegal_transition);
+    return Intent{};
   }
 
   Result<int> migrate() override { return 0; }
-  Result<AttemptStart> begin_attempt(std::int64_t, const std::string&, int) override { return none(); }
-  Result<Intent> record_outcome(const Outcome&) override { return none(); }
   Result<Intent> find_intent_by_key(const std::string&) override { return none(); }
   Result<std::vector<Intent>> list_intents_by_run(const std::string&, int) override { return none(); }
+  Result<std::int64_t> count_intents(const std::string&, const std::string&, const std::string&,
+                                     std::int64_t) override {
+    return none();
+  }
   Result<std::vector<Intent>> list_unknown_past_ttl(int) override { return none(); }
-  Result<RunCharge> count_call(const std::string&, std::int64_t, CallKind) override { return none(); }
   Result<Run> find_run(const std::string&) override { return none(); }
   Result<Run> set_run_state(const std::string&, RunState, const std::string&) override { return none(); }
   Result<std::int64_t> persist_escalation(const EscalationRequest&) override { return none(); }
@@ -72,8 +109,9 @@ class GatedStore final : public Store {
 
  private:
   static boost::system::error_code none() { return errc::not_found; }
-  void enter() {
+  void enter(std::string call) {
     std::unique_lock lock(mutex_);
+    if (in_batch_) transactions_.back().push_back(std::move(call));
     ++entered_;
     changed_.notify_all();
     changed_.wait(lock, [&] { return open_; });
@@ -84,6 +122,9 @@ class GatedStore final : public Store {
   int entered_ = 0;
   bool open_ = false;
   std::vector<std::size_t> batches_;
+  std::vector<std::vector<std::string>> transactions_;
+  bool in_batch_ = false;
+  boost::system::error_code batch_error_;
 };
 
 // An io_context running on its own thread for the length of a test.
@@ -163,7 +204,7 @@ TEST_CASE("unit: reservations waiting together share one transaction") {
   for (int i = 1; i <= 10; ++i)
     waiting.push_back(loop.spawn(ledger->reserve_intent(
         reserve_request("fp-" + std::to_string(i), "k-" + std::to_string(i)), {})));
-  auto lookup = loop.spawn(ledger->find_intent(7));  // not a reservation: not batched
+  auto lookup = loop.spawn(ledger->find_intent(7));  // not a reservation: same transaction
   REQUIRE(wait_until([&] { return ledger->queued() == 11; }));
   gate.release();
   CHECK(first.get()->intent.key == "k-0");
@@ -172,6 +213,81 @@ TEST_CASE("unit: reservations waiting together share one transaction") {
   CHECK(gate.batches() == std::vector<std::size_t>{1, 10});
   CHECK(ledger->stats().reserve_batches == 2);
   CHECK(ledger->stats().reservations == 11);
+  CHECK(ledger->stats().batches == 2);
+  CHECK(ledger->stats().batched_jobs == 12);
+}
+
+TEST_CASE("unit: calls of every kind waiting together share one transaction, in lock order") {
+  GatedLedger gated;
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  Loop loop;
+  auto running = loop.spawn(ledger->find_intent(1));
+  REQUIRE(gate.wait_entered(1));
+  Outcome settle;
+  settle.intent_id = 9;
+  settle.attempt = 1;
+  Outcome illegal;  // the fake refuses an outcome without an attempt
+  illegal.intent_id = 3;
+  auto lookup = loop.spawn(ledger->find_intent(2));
+  auto outcome_9 = loop.spawn(ledger->record_outcome(settle));
+  auto begin_5 = loop.spawn(ledger->begin_attempt(5, 3));
+  auto charge_b = loop.spawn(ledger->count_call("run-b", 10, CallKind::write));
+  auto reserve_1 = loop.spawn(ledger->reserve_intent(reserve_request("fp-1", "k-1"), {}));
+  auto outcome_3 = loop.spawn(ledger->record_outcome(illegal));
+  auto charge_a = loop.spawn(ledger->count_call("run-a", 10, CallKind::write));
+  auto reserve_2 = loop.spawn(ledger->reserve_intent(reserve_request("fp-2", "k-2"), {}));
+  REQUIRE(wait_until([&] { return ledger->queued() == 8; }));
+  gate.release();
+  CHECK(running.get().error() == errc::not_found);
+  CHECK(lookup.get().error() == errc::not_found);
+  CHECK(outcome_9.get().has_value());
+  CHECK(begin_5.get().has_value());
+  CHECK(charge_b.get().has_value());
+  CHECK(reserve_1.get()->intent.key == "k-1");
+  CHECK(outcome_3.get().error() == errc::illegal_transition);  // only this call failed
+  CHECK(charge_a.get().has_value());
+  CHECK(reserve_2.get()->intent.key == "k-2");
+
+  // The first call ran alone (no batch); the eight waiting ran in one batch:
+  // runs by id, the reservations as one statement, intents by id, the rest.
+  auto transactions = gate.transactions();
+  REQUIRE(transactions.size() == 1);
+  CHECK(transactions[0] ==
+        std::vector<std::string>{"count_call run-a", "count_call run-b", "reserve_intents",
+                                 "record_outcome 3", "begin_attempt 5", "record_outcome 9",
+                                 "find_intent"});
+  CHECK(gate.batches() == std::vector<std::size_t>{2});
+  CHECK(ledger->stats().batches == 2);
+  CHECK(ledger->stats().batched_jobs == 9);
+  CHECK(ledger->stats().reserve_batches == 1);
+}
+
+TEST_CASE("unit: a batch whose transaction fails fails every call in it") {
+  GatedLedger gated;
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  Loop loop;
+  auto running = loop.spawn(ledger->find_intent(1));
+  REQUIRE(gate.wait_entered(1));
+  gate.fail_batches(errc::unavailable);
+  Outcome settle;
+  settle.intent_id = 9;
+  settle.attempt = 1;
+  auto outcome = loop.spawn(ledger->record_outcome(settle));
+  auto charge = loop.spawn(ledger->count_call("run-a", 10, CallKind::write));
+  auto reserve = loop.spawn(ledger->reserve_intent(reserve_request("fp-1", "k-1"), {}));
+  REQUIRE(wait_until([&] { return ledger->queued() == 3; }));
+  gate.release();
+  CHECK(running.get().error() == errc::not_found);
+  // Each call's own result was fine, but nothing of the batch is known
+  // written: every caller gets the batch's error.
+  CHECK(outcome.get().error() == errc::unavailable);
+  CHECK(charge.get().error() == errc::unavailable);
+  CHECK(reserve.get().error() == errc::unavailable);
+  CHECK(ledger->stats().batches == 1);  // the lone first call only
+  CHECK(ledger->stats().batched_jobs == 1);
+  CHECK(ledger->stats().reservations == 0);
 }
 
 TEST_CASE("unit: calls queued when the Ledger stops complete with shutting_down") {
