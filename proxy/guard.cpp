@@ -452,9 +452,17 @@ private:
     if (answer.outcome == policy::TransportOutcome::answered) hv = header_view(answer.response);
     policy::Answer a{answer.outcome, answer.outcome == policy::TransportOutcome::answered ? answer.response.result_int() : 0,
                      hv};
-    auto const cls = policy::classify(a, tool_, now);
+    auto cls = policy::classify(a, tool_, now);
+    // The egress guard refused the destination: nothing left the process and
+    // a retry cannot help (policy, not transport).
+    bool const egress_refused = answer.problem && answer.problem->reason_code == "egress_denied";
+    if (egress_refused) cls.answer_class = AnswerClass::policy_deny;
     answer_class_ = std::string(policy::to_string(cls.answer_class));
 
+    if (!is_write_ && egress_refused) {
+      auto v = refusal(policy::ReasonCode::egress_denied, answer.problem->detail + "; nothing was sent");
+      co_return co_await refuse(v);
+    }
     if (!is_write_) co_return co_await finish_read(answer, cls, now);
 
     // A re-send after an unknown outcome (or after an earlier attempt) that
@@ -507,6 +515,10 @@ private:
     }
     if (effective == AnswerClass::validation) worker_.reads().note_validation(run_, tool_.name);
 
+    if (egress_refused) {
+      auto v = refusal(policy::ReasonCode::egress_denied, answer.problem->detail + "; nothing was sent");
+      co_return co_await refuse(v);
+    }
     if (effective == AnswerClass::unknown || answer.outcome != policy::TransportOutcome::answered) {
       if (answer.outcome == policy::TransportOutcome::connect_failed) {
         // Nothing left the process: the agent may retry (same key, bounded).

@@ -11,7 +11,16 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import Proxy, wait_until  # noqa: E402
+from provider import Provider  # noqa: E402
 from upstream import Upstream  # noqa: E402
+
+TOOL = """\
+tools:
+  - name: pay.charge
+    match: {{ host: 127.0.0.1, port: {port}, method: POST, path: /v1/charges }}
+    effect: money
+    reconcile: {{ mode: same_key, ttl: 15m }}
+"""
 
 CONFIG = """\
 listen: 127.0.0.1:0
@@ -116,6 +125,19 @@ class EgressTest(unittest.TestCase):
                 status, body = connect(proxy, "127.0.0.1:%d" % up.port)
                 self.assertEqual(status, 403)
                 self.assertEqual(json.loads(body)["reason_code"], "policy_deny")
+
+    def test_guarded_write_to_denied_address_is_refused_and_never_sent(self):
+        with Provider() as provider:
+            with Proxy(config(loopback="false") + TOOL.format(port=provider.port)) as proxy:
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+                conn.request("POST", provider.url("/v1/charges"), body=b'{"amount": 1}',
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                problem = self.assert_denied(r.status, r.getheader("Content-Type"), r.read(), "127.0.0.1")
+                self.assertEqual(r.getheader("Idemgate-Decision"), "refused")
+                self.assertEqual(problem["terminal"], "abort")
+                conn.close()
+            self.assertEqual(provider.writes(), [])
 
 
 if __name__ == "__main__":

@@ -39,6 +39,13 @@ tools:
     retry: {{ bound: 2 }}
     reconcile: {{ mode: same_key, ttl: 15m }}
     receipt: /id
+  - name: desk.ticket
+    match: {{ host: localhost, port: {port}, method: POST, path: /v1/tickets }}
+    effect: write
+    retry: {{ bound: 2 }}
+    reconcile: {{ mode: query, ttl: 15m, settle: 1s,
+      query: {{ method: GET, url: "https://localhost:{port}/v1/charges/search?key={{key}}", found: /data/0 }} }}
+    receipt: /id
   - name: wrong.charge
     match: {{ host: localhost, port: {wrong_port}, method: POST, path: /v1/charges }}
     effect: money
@@ -225,6 +232,27 @@ class TlsTest(unittest.TestCase):
         recorded = self.provider.writes()[0]
         self.assertEqual(recorded[2], "/v1/charges")
         self.assertEqual(recorded[3].get("Host"), "localhost:%d" % self.provider.port)
+
+    def test_reconcile_query_over_https(self):
+        # The provider applies the ticket and drops the connection: unknown.
+        # The retry asks the provider, over verified TLS, by the key.
+        self.provider.script("commit_then_drop")
+        answers = []
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
+            conn.request("POST", "/pay/v1/tickets", body=json.dumps({"title": "t"}),
+                         headers={"Content-Type": "application/json", "Idemgate-Run": "run-query"})
+            r = conn.getresponse()
+            answers.append((r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(r.read())))
+            conn.close()
+        (s1, _, problem), (s2, h2, found) = answers
+        self.assertEqual(problem["reason_code"], "tool_outcome_unknown", problem)
+        self.assertEqual(s2, 200, found)
+        self.assertEqual(h2.get("idemgate-decision"), "reconciled")
+        self.assertEqual(found["key"], problem["idempotency_key"])
+        self.assertEqual(len(self.provider.writes("/v1/tickets")), 1)
+        searches = [r for r in self.provider.requests if r[2].startswith("/v1/charges/search")]
+        self.assertEqual(len(searches), 1)
 
     def test_origin_form_without_route_is_still_not_a_proxy_request(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
