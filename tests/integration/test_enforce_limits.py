@@ -21,11 +21,12 @@ class InspectLimitTest(Backends, unittest.TestCase):
         self.assertEqual(self.provider.writes(), [])
 
     def test_malformed_json_is_fingerprinted_as_bytes(self):
-        first = self.call("POST", "/v1/charges", b'{"amount": 1, "currency": ', {"Content-Type": "application/json"})
+        # desk.ticket requires no fields, so the broken body reaches the fingerprint.
+        first = self.call("POST", "/v1/tickets", b'{"title": "a", "n": ', {"Content-Type": "application/json"})
         self.assertEqual(first.status, 200)
-        again = self.call("POST", "/v1/charges", b'{"amount": 1, "currency": ', {"Content-Type": "application/json"})
+        again = self.call("POST", "/v1/tickets", b'{"title": "a", "n": ', {"Content-Type": "application/json"})
         self.assertEqual(again.header("idemgate-decision"), "replayed")
-        other = self.call("POST", "/v1/charges", b'{"amount": 2, "currency": ', {"Content-Type": "application/json"})
+        other = self.call("POST", "/v1/tickets", b'{"title": "b", "n": ', {"Content-Type": "application/json"})
         self.assertEqual(other.header("idemgate-decision"), "forwarded")
         self.assertEqual(len(self.provider.effects_snapshot()), 2)
 
