@@ -16,6 +16,7 @@
 #include "tls/leaf_minter.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -61,6 +62,7 @@ public:
   asio::awaitable<void> run() {
     for (;;) {
       if (worker_.draining()) break;
+      if (!co_await wait_for_request()) break;
       auto cfg = worker_.config().get();  // one snapshot per request
       bool keep_alive = co_await serve_one(*cfg);
       if (!keep_alive) break;
@@ -73,6 +75,27 @@ public:
 
 private:
   enum class HeaderRead { ok, closed, problem_sent };
+
+  // An idle keep-alive connection holds as little as possible: no buffer,
+  // no parser, no request frame, only this wait for readability (bounded by
+  // timeouts.idle). Thousands of idle agents cost kilobytes each, not pages.
+  // false: the connection ended (idle timeout, drain, peer gone).
+  asio::awaitable<bool> wait_for_request() {
+    if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
+    buffer_.shrink_to_fit();
+    idle_ = true;
+    auto const idle = worker_.config().get()->timeouts.idle;
+    asio::steady_timer timer(co_await asio::this_coro::executor, idle);
+    timer.async_wait([this](beast::error_code ec) {
+      if (!ec) {
+        beast::error_code ignored;
+        client_.socket().cancel(ignored);
+      }
+    });
+    auto [ec] = co_await client_.socket().async_wait(tcp::socket::wait_read, use_tuple);
+    timer.cancel();
+    co_return !ec && !worker_.draining();
+  }
 
   // Lingering close (as nginx's lingering_close): we answered before reading
   // the whole request body (a 413, a refusal). Closing with unread bytes
