@@ -168,7 +168,9 @@ error_code PgStore::connect() {
 struct PgStore::OpenBatch {
   explicit OpenBatch(pqxx::connection& c) : w(c) {}
   pqxx::work w;
-  error_code error;  // set when the transaction itself failed
+  error_code error;   // set when the transaction itself failed
+  bool held = false;  // the last call's savepoint is still open: released by
+                      // the next call's SAVEPOINT (one round trip) or COMMIT
 };
 
 template <class T, class F>
@@ -183,16 +185,24 @@ Result<T> PgStore::in_savepoint(F& body) {
     // Between statements the socket has nothing to read unless the server
     // ended the session: fail the batch without sending on a dead connection.
     if (ended_by_server(connection_->c.sock())) return fail_batch(errc::unavailable);
+    try {
+      b.w.exec(b.held ? "RELEASE SAVEPOINT job; SAVEPOINT job" : "SAVEPOINT job");
+      b.held = false;
+    } catch (const pqxx::sql_error& e) {
+      return fail_batch(is_connection_state(e.sqlstate()) ? errc::unavailable
+                                                          : errc::storage_failure);
+    } catch (const std::exception&) {
+      return fail_batch(errc::unavailable);
+    }
     error_code error;
     try {
-      b.w.exec("SAVEPOINT job");
       if constexpr (std::is_void_v<T>) {
         body(b.w);
-        b.w.exec("RELEASE SAVEPOINT job");
+        b.held = true;
         return Result<T>();
       } else {
         T value = body(b.w);
-        b.w.exec("RELEASE SAVEPOINT job");
+        b.held = true;
         return Result<T>(std::move(value));
       }
     } catch (const Abort& a) {
@@ -214,8 +224,7 @@ Result<T> PgStore::in_savepoint(F& body) {
     }
     // Undo this call's part only; the rest of the batch goes on.
     try {
-      b.w.exec("ROLLBACK TO SAVEPOINT job");
-      b.w.exec("RELEASE SAVEPOINT job");
+      b.w.exec("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job");
     } catch (const std::exception&) {
       return fail_batch(errc::unavailable);
     }
