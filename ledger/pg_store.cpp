@@ -56,12 +56,12 @@ class PgRow final : public RowView {
   const pqxx::row& row_;
 };
 
-std::string q(pqxx::work& w, std::string_view text) { return w.quote(std::string(text)); }
-std::string q(pqxx::work&, std::int64_t value) { return std::to_string(value); }
-std::string q(pqxx::work&, std::optional<std::int64_t> value) {
+std::string q(pqxx::dbtransaction& w, std::string_view text) { return w.quote(std::string(text)); }
+std::string q(pqxx::dbtransaction&, std::int64_t value) { return std::to_string(value); }
+std::string q(pqxx::dbtransaction&, std::optional<std::int64_t> value) {
   return value ? std::to_string(*value) : "NULL";
 }
-std::string q_bytes(pqxx::work& w, std::string_view bytes) {
+std::string q_bytes(pqxx::dbtransaction& w, std::string_view bytes) {
   return w.quote_raw(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
@@ -74,13 +74,13 @@ std::string select_intents(std::string_view where) {
   return s;
 }
 
-Intent load_intent(pqxx::work& w, std::int64_t id) {
+Intent load_intent(pqxx::dbtransaction& w, std::int64_t id) {
   auto rows = w.exec(select_intents("id = " + std::to_string(id)));
   if (rows.empty()) throw Abort{errc::not_found};
   return read_intent(PgRow(rows[0]));
 }
 
-std::optional<Run> load_run(pqxx::work& w, const std::string& run) {
+std::optional<Run> load_run(pqxx::dbtransaction& w, const std::string& run) {
   auto rows = w.exec("SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = " +
                      q(w, run));
   if (rows.empty()) return std::nullopt;
@@ -89,7 +89,7 @@ std::optional<Run> load_run(pqxx::work& w, const std::string& run) {
              r.int64(3), r.text(4)};
 }
 
-Escalation load_escalation(pqxx::work& w, std::int64_t id) {
+Escalation load_escalation(pqxx::dbtransaction& w, std::int64_t id) {
   auto rows = w.exec("SELECT " + std::string(escalation_columns) +
                      " FROM escalations WHERE id = " + std::to_string(id));
   if (rows.empty()) throw Abort{errc::not_found};
@@ -168,9 +168,7 @@ error_code PgStore::connect() {
 struct PgStore::OpenBatch {
   explicit OpenBatch(pqxx::connection& c) : w(c) {}
   pqxx::work w;
-  error_code error;   // set when the transaction itself failed
-  bool held = false;  // the last call's savepoint is still open: released by
-                      // the next call's SAVEPOINT (one round trip) or COMMIT
+  error_code error;  // set when the transaction itself failed
 };
 
 template <class T, class F>
@@ -185,24 +183,19 @@ Result<T> PgStore::in_savepoint(F& body) {
     // Between statements the socket has nothing to read unless the server
     // ended the session: fail the batch without sending on a dead connection.
     if (ended_by_server(connection_->c.sock())) return fail_batch(errc::unavailable);
-    try {
-      b.w.exec(b.held ? "RELEASE SAVEPOINT job; SAVEPOINT job" : "SAVEPOINT job");
-      b.held = false;
-    } catch (const pqxx::sql_error& e) {
-      return fail_batch(is_connection_state(e.sqlstate()) ? errc::unavailable
-                                                          : errc::storage_failure);
-    } catch (const std::exception&) {
-      return fail_batch(errc::unavailable);
-    }
     error_code error;
     try {
+      // SAVEPOINT; RELEASE on commit(); ROLLBACK TO on an error (libpqxx
+      // rolls back the transaction a failed statement ran in: here only the
+      // subtransaction, the batch goes on).
+      pqxx::subtransaction sub(b.w, "job");
       if constexpr (std::is_void_v<T>) {
-        body(b.w);
-        b.held = true;
+        body(sub);
+        sub.commit();
         return Result<T>();
       } else {
-        T value = body(b.w);
-        b.held = true;
+        T value = body(sub);
+        sub.commit();
         return Result<T>(std::move(value));
       }
     } catch (const Abort& a) {
@@ -213,22 +206,19 @@ Result<T> PgStore::in_savepoint(F& body) {
       return fail_batch(errc::unavailable);
     } catch (const pqxx::transaction_rollback&) {
       // Deadlock or serialisation failure: rolling back to the savepoint
-      // releases this call's locks; run it again, a bounded number of times.
-      error = attempt < 3 ? error_code() : error_code(errc::conflict);
+      // released this call's locks; run it again, a bounded number of times.
+      if (attempt < 3) continue;
+      error = errc::conflict;
     } catch (const pqxx::sql_error& e) {
       if (is_connection_state(e.sqlstate())) return fail_batch(errc::unavailable);
+      // The batch's transaction is aborted (a savepoint was not rolled back).
+      if (e.sqlstate() == "25P02") return fail_batch(errc::storage_failure);
       error = e.sqlstate() == "57014" || e.sqlstate() == "55P03" ? errc::busy
                                                                   : errc::storage_failure;
     } catch (const std::exception&) {
       error = errc::storage_failure;
     }
-    // Undo this call's part only; the rest of the batch goes on.
-    try {
-      b.w.exec("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job");
-    } catch (const std::exception&) {
-      return fail_batch(errc::unavailable);
-    }
-    if (error) return Result<T>(error);
+    return Result<T>(error);
   }
 }
 
@@ -272,7 +262,7 @@ error_code PgStore::batch(const std::function<void()>& body) {
 
 template <class F>
 auto PgStore::transact(F&& body) {
-  using T = std::invoke_result_t<F&, pqxx::work&>;
+  using T = std::invoke_result_t<F&, pqxx::dbtransaction&>;
   if (batch_) return in_savepoint<T>(body);
   // Deadlocks and serialisation failures roll back with nothing written:
   // the transaction is simply run again, a bounded number of times.
@@ -318,7 +308,7 @@ auto PgStore::transact(F&& body) {
 }
 
 Result<int> PgStore::migrate() {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     // Replicas starting together migrate one at a time.
     w.exec("SELECT pg_advisory_xact_lock(7202415001)");
     w.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
@@ -339,7 +329,7 @@ Result<int> PgStore::migrate() {
 
 std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
   std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
-  auto batch = transact([&](pqxx::work& w) {
+  auto batch = transact([&](pqxx::dbtransaction& w) {
     std::vector<Result<Reservation>> done = results;
     // Valid requests in (scope, fingerprint) order: concurrent batches then
     // take the unique-index locks in the same order and cannot deadlock.
@@ -449,7 +439,7 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
 
 Result<AttemptStart> PgStore::begin_attempt(std::int64_t intent_id, const std::string& replica,
                                             int max_attempts) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto id = std::to_string(intent_id);
     // Compare-and-set: concurrent callers (any replica) serialise on the row
     // lock and re-check the guard, so one of them moves it to dispatched.
@@ -471,7 +461,7 @@ Result<AttemptStart> PgStore::begin_attempt(std::int64_t intent_id, const std::s
 }
 
 Result<Intent> PgStore::record_outcome(const Outcome& o) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     bool with_attempt = o.attempt > 0;
     auto state = q(w, to_string(o.state));
     std::optional<std::int64_t> status;
@@ -507,11 +497,11 @@ Result<Intent> PgStore::record_outcome(const Outcome& o) {
 }
 
 Result<Intent> PgStore::find_intent(std::int64_t intent_id) {
-  return transact([&](pqxx::work& w) { return load_intent(w, intent_id); });
+  return transact([&](pqxx::dbtransaction& w) { return load_intent(w, intent_id); });
 }
 
 Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto k = q(w, key);
     auto rows = w.exec(select_intents("idem_key = " + k +
                                       " OR id IN (SELECT intent_id FROM agent_keys WHERE "
@@ -522,7 +512,7 @@ Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
 }
 
 Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run, int limit) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents("run_id = " + q(w, run) +
                                                  " ORDER BY id DESC LIMIT " +
@@ -535,7 +525,7 @@ Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run,
 Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::string& tool,
                                             const std::string& answer_class,
                                             std::int64_t except_intent) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     return w
         .exec("SELECT count(*) FROM intents WHERE run_id = " + q(w, run) + " AND tool = " +
               q(w, tool) + " AND answer_class = " + q(w, answer_class) +
@@ -545,7 +535,7 @@ Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::s
 }
 
 Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents(
              "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
@@ -556,7 +546,7 @@ Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
 }
 
 Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budget, CallKind kind) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto id = q(w, run);
     w.exec("INSERT INTO runs (run_id, budget) VALUES (" + id + ", " + std::to_string(budget) +
            ") ON CONFLICT (run_id) DO NOTHING");
@@ -572,7 +562,7 @@ Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budge
 }
 
 Result<Run> PgStore::find_run(const std::string& run) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto found = load_run(w, run);
     if (!found) throw Abort{errc::not_found};
     return *found;
@@ -581,7 +571,7 @@ Result<Run> PgStore::find_run(const std::string& run) {
 
 Result<Run> PgStore::set_run_state(const std::string& run, RunState state,
                                    const std::string& reason) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto target = q(w, to_string(state));
     // The guard is the rule: a killed run never comes back.
     auto changed = w.exec("UPDATE runs SET state = " + target + ", reason = " + q(w, reason) +
@@ -597,7 +587,7 @@ Result<Run> PgStore::set_run_state(const std::string& run, RunState state,
 }
 
 Result<std::int64_t> PgStore::persist_escalation(const EscalationRequest& r) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     return w
         .exec("INSERT INTO escalations (run_id, intent_id, reason_code, package) VALUES (" +
               q(w, r.run) + ", " + q(w, r.intent_id) + ", " + q(w, r.reason_code) + ", " +
@@ -607,12 +597,12 @@ Result<std::int64_t> PgStore::persist_escalation(const EscalationRequest& r) {
 }
 
 Result<Escalation> PgStore::find_escalation(std::int64_t id) {
-  return transact([&](pqxx::work& w) { return load_escalation(w, id); });
+  return transact([&](pqxx::dbtransaction& w) { return load_escalation(w, id); });
 }
 
 Result<std::vector<Escalation>> PgStore::list_escalations(std::optional<EscalationState> state,
                                                           int limit) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     std::string where = state ? " WHERE state = " + q(w, to_string(*state)) : "";
     std::vector<Escalation> out;
     for (const auto& row : w.exec("SELECT " + std::string(escalation_columns) +
@@ -624,7 +614,7 @@ Result<std::vector<Escalation>> PgStore::list_escalations(std::optional<Escalati
 }
 
 Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto target = r.resolution == Resolution::approve  ? EscalationState::approved
                   : r.resolution == Resolution::deny   ? EscalationState::denied
                                                        : EscalationState::completed;
@@ -652,7 +642,7 @@ Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
 }
 
 Result<void> PgStore::record_refusal(std::int64_t intent_id, const std::string& reason_code) {
-  return transact([&](pqxx::work& w) {
+  return transact([&](pqxx::dbtransaction& w) {
     auto inserted = w.exec("INSERT INTO refusals (intent_id, run_id, tool, fingerprint, "
                            "reason_code) SELECT id, run_id, tool, fingerprint, " +
                            q(w, reason_code) + " FROM intents WHERE id = " +
@@ -666,7 +656,7 @@ namespace {
 
 // Attempts matching `filter` still dispatched become unknown, and so do their
 // intents (only the intent's current attempt can hold it dispatched).
-int recover_where(pqxx::work& w, const std::string& filter) {
+int recover_where(pqxx::dbtransaction& w, const std::string& filter) {
   auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
                         "unknown_since = now(), updated_at = now() WHERE state = 'dispatched' "
                         "AND id IN (SELECT intent_id FROM attempts a WHERE a.state = "
@@ -680,12 +670,12 @@ int recover_where(pqxx::work& w, const std::string& filter) {
 }  // namespace
 
 Result<int> PgStore::recover_replica(const std::string& replica) {
-  return transact([&](pqxx::work& w) { return recover_where(w, "replica_id = " + q(w, replica)); });
+  return transact([&](pqxx::dbtransaction& w) { return recover_where(w, "replica_id = " + q(w, replica)); });
 }
 
 Result<int> PgStore::recover_stale(Millis lease) {
   return transact(
-      [&](pqxx::work& w) { return recover_where(w, "started_at < now() - " + q_millis(lease)); });
+      [&](pqxx::dbtransaction& w) { return recover_where(w, "started_at < now() - " + q_millis(lease)); });
 }
 
 }  // namespace idemgate::ledger

@@ -46,7 +46,7 @@ class PgStore final : public Store {
   Result<int> recover_stale(Millis lease) override;
 
  private:
-  // Runs body(pqxx::work&) in one transaction, or in a savepoint of the open
+  // Runs body(pqxx::dbtransaction&) in one transaction, or in a savepoint of the open
   // batch(); returns its Result.
   template <class F>
   auto transact(F&& body);

@@ -150,7 +150,12 @@ TEST_CASE("postgresql: a connection lost mid-batch fails the whole batch with un
     // The server ends this session (as a restart or an admin would).
     backend->query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
                    "current_database() AND pid <> pg_backend_pid()");
-    std::this_thread::sleep_for(200ms);  // the signalled backend exits
+    // Wait until the signalled backend has exited.
+    for (auto until = std::chrono::steady_clock::now() + 10s;
+         backend->query("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                        "current_database() AND pid <> pg_backend_pid()") != "0\n" &&
+         std::chrono::steady_clock::now() < until;)
+      std::this_thread::sleep_for(20ms);
     second = store->record_outcome(completed(b, 1));
     third = store->find_intent(b);
   });
