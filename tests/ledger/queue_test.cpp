@@ -250,13 +250,14 @@ TEST_CASE("unit: calls of every kind waiting together share one transaction, in 
   CHECK(reserve_2.get()->intent.key == "k-2");
 
   // The first call ran alone (no batch); the eight waiting ran in one batch:
-  // runs by id, the reservations as one statement, intents by id, the rest.
+  // the reservations as one statement, intents by id, the calls that lock
+  // nothing, runs by id.
   auto transactions = gate.transactions();
   REQUIRE(transactions.size() == 1);
   CHECK(transactions[0] ==
-        std::vector<std::string>{"count_call run-a", "count_call run-b", "reserve_intents",
-                                 "record_outcome 3", "begin_attempt 5", "record_outcome 9",
-                                 "find_intent"});
+        std::vector<std::string>{"reserve_intents", "record_outcome 3", "begin_attempt 5",
+                                 "record_outcome 9", "find_intent", "count_call run-a",
+                                 "count_call run-b"});
   CHECK(gate.batches() == std::vector<std::size_t>{2});
   CHECK(ledger->stats().batches == 2);
   CHECK(ledger->stats().batched_jobs == 9);
