@@ -330,13 +330,13 @@ private:
 
   asio::awaitable<std::optional<int>> validation_failures() {
     std::string run = run_;
-    auto intents = co_await ledger_.list_intents_by_run(std::move(run), 500);
-    int n = 0;
-    if (!intents) co_return std::nullopt;
-    for (auto const& i : *intents)
-      if (i.tool == tool_.name && i.id != intent_.id && i.answer_class == "validation") ++n;
-    co_return n;
+    std::string tool = tool_.name;
+    std::string cls = "validation";
+    auto n = co_await ledger_.count_intents(std::move(run), std::move(tool), std::move(cls), intent_.id);
+    if (!n) co_return std::nullopt;
+    co_return static_cast<int>(*n);
   }
+
 
   // ---- carrying out a verdict -----------------------------------------
 
