@@ -23,7 +23,7 @@ def wait_until(predicate, timeout=10.0, what="condition"):
 class Proxy:
     """`with Proxy(yaml_text) as p:` gives p.port, p.url(), p.log_lines()."""
 
-    def __init__(self, config_yaml, extra_args=()):
+    def __init__(self, config_yaml, extra_args=(), env=None):
         self.dir = tempfile.mkdtemp(prefix="idemgate-it-")
         self.config_path = os.path.join(self.dir, "config.yaml")
         with open(self.config_path, "w") as f:
@@ -31,6 +31,7 @@ class Proxy:
         self.port_file = os.path.join(self.dir, "port")
         self.stderr_path = os.path.join(self.dir, "stderr.log")
         self.extra_args = list(extra_args)
+        self.env = env
         self.proc = None
         self.port = None
 
@@ -38,7 +39,8 @@ class Proxy:
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--config", self.config_path, "--port-file", self.port_file] + self.extra_args,
-            stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=self.dir)
+            stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=self.dir,
+            env=dict(os.environ, **self.env) if self.env else None)
 
         def ready():
             if self.proc.poll() is not None:
