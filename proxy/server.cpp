@@ -9,11 +9,14 @@
 #include "tls/client_context.hpp"
 #include "tls/leaf_minter.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -54,6 +57,24 @@ std::string redacted_url(const std::string& url) {
   auto colon = url.find(':', scheme + 3);
   if (colon == std::string::npos || colon > at) return url;
   return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
+// A replica that died mid-dispatch may never come back under the same id
+// (a new container, a new host name), so its attempts would stay dispatched
+// and every retry would get 409. Past the longest an attempt can take, any
+// replica's leftover becomes unknown and the next retry reconciles it.
+asio::awaitable<void> sweep_stale_attempts(ledger::Ledger& ledger, ConfigSource& source, const bool& draining) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    auto const& t = source.get()->timeouts;
+    ledger::Millis const lease = t.upstream_connect + t.idle + t.upstream_response + std::chrono::seconds(10);
+    timer.expires_after(std::clamp(lease / 4, ledger::Millis(1000), ledger::Millis(30000)));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec || draining) co_return;
+    auto recovered = co_await ledger.recover_stale(lease);
+    if (recovered && *recovered > 0)
+      log_event("recovered_stale_attempts", {{"intents", *recovered}, {"lease_ms", lease.count()}});
+  }
 }
 
 }  // namespace
@@ -187,6 +208,8 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
     signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
+  asio::co_spawn(main_ioc, sweep_stale_attempts(**ledger, source, draining),
+                 [](std::exception_ptr e) { log_exception("sweep_stale_attempts", e); });
   // Announced only now: a SIGHUP or SIGTERM sent as soon as the port is known
   // must find the handlers installed.
   if (!options.port_file.empty()) {
@@ -196,6 +219,9 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   }
   main_ioc.run();
   for (auto& t : pool) t.join();
+  // The ledger goes first: calls it still holds complete into io_contexts
+  // that are stopped but alive, and are dropped with them.
+  ledger->reset();
   log_event("stopped", {});
   return 0;
 }
