@@ -17,11 +17,12 @@ reconcile query).
 """
 import json
 import socket
-import socketserver
 import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
+
+from upstream import ServerThread
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -95,12 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = _handle
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class Provider:
+class Provider(ServerThread):
     def __init__(self):
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -111,22 +107,11 @@ class Provider:
         self._faults = []
         self._held = threading.Event()
         self._release = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.owner = self
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
+        super().__init__(_Handler)
 
     def __exit__(self, *exc):
-        self._release.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    def url(self, path):
-        return "http://127.0.0.1:%d%s" % (self.port, path)
+        self._release.set()  # a held request must not outlive the server
+        super().__exit__(*exc)
 
     def script(self, kind, status=0, headers=None):
         with self._lock:

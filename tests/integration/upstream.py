@@ -157,16 +157,12 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
 
 
-class Upstream:
-    """Start with `with Upstream() as up:`; up.port, up.requests."""
+class ServerThread:
+    """A handler class served on 127.0.0.1:0 in a daemon thread; the handler
+    reaches this object as self.server.owner. Use as a context manager."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self.requests = []
-        self._conn_ids = 0
-        self._slow_started = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+    def __init__(self, handler):
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.owner = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -181,6 +177,18 @@ class Upstream:
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
+
+
+class Upstream(ServerThread):
+    """Start with `with Upstream() as up:`; up.port, up.requests."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.requests = []
+        self._conn_ids = 0
+        self._slow_started = threading.Event()
+        super().__init__(_Handler)
 
     def _next_conn_id(self):
         with self._lock:
