@@ -1,11 +1,11 @@
 // Canonical forms of requests and bodies, hashed with SHA-256.
 #include "policy/fingerprint.hpp"
 
+#include "policy/json_parse.hpp"
 #include "policy/json_pointer.hpp"
 #include "policy/pattern.hpp"
 #include "policy/percent.hpp"
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
@@ -255,7 +255,7 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
       result.body_kind = BodyKind::empty;
     } else if (is_json_content_type(input.content_type)) {
       boost::system::error_code ec;
-      auto parsed = boost::json::parse(input.body, ec);
+      auto parsed = parse_json(input.body, ec);
       if (ec) {
         result.body_kind = BodyKind::raw;
         result.malformed = true;

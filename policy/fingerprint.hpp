@@ -5,7 +5,8 @@
 //   fingerprint.ignore_query removed), the tool's fingerprint.headers (never
 //   the idempotency key header), and the body:
 //     JSON (application/json, */*+json): keys sorted, numbers normalised
-//       (1.0 == 1, 1e2 == 100), strings exact;
+//       (1.0 == 1, 1e2 == 100, decimals correctly rounded: json_parse.hpp),
+//       strings exact;
 //     application/x-www-form-urlencoded: Stripe bracket keys
 //       (metadata[order]=7 is /metadata/order), percent-encoding decoded,
 //       '+' as space, pairs sorted by key (order among one key's repeats,
