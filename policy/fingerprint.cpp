@@ -3,12 +3,11 @@
 
 #include "policy/json_parse.hpp"
 #include "policy/json_pointer.hpp"
+#include "policy/normalize.hpp"
 #include "policy/pattern.hpp"
 #include "policy/percent.hpp"
 
 #include <boost/json/serialize.hpp>
-#include <boost/url/parse.hpp>
-#include <boost/url/url.hpp>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -160,33 +159,36 @@ bool pointer_is_ignored(const std::vector<std::string>& ignore, const std::strin
   });
 }
 
+// The normal form of the target (normalize.hpp, the form matching reads),
+// with query parameters decoded, sorted by name and the ignored ones left out.
 std::string canonical_target(const FingerprintInput& input, const Tool& tool) {
-  const auto parsed = boost::urls::parse_origin_form(input.target.empty() ? "/" : input.target);
-  // A target that is not valid origin-form is compared byte for byte.
-  if (!parsed) return "raw " + lowercase(input.host) + " " + std::to_string(input.port) + " " + std::string(input.target);
-  boost::urls::url url = *parsed;
-  url.set_scheme(lowercase(input.scheme));
-  url.set_host(lowercase(input.host));
-  const bool default_port = input.port == 0 || (input.port == 80 && url.scheme() == "http") ||
-                            (input.port == 443 && url.scheme() == "https");
-  if (!default_port) url.set_port_number(input.port);
-
+  const auto target = normalize_target(input.scheme, input.host, input.port, input.target);
+  std::string out = target.scheme + "://" + (target.host.empty() ? lowercase(input.host) : target.host);
+  if (target.port != 0) out += ":" + std::to_string(target.port);
+  out += target.path.path;
+  if (!target.query) return out;
   std::vector<std::pair<std::string, std::string>> params;
-  for (const auto& param : url.params()) {
+  std::string_view const query = *target.query;
+  std::size_t begin = 0;
+  while (begin <= query.size()) {
+    auto end = query.find('&', begin);
+    if (end == std::string_view::npos) end = query.size();
+    const auto pair = query.substr(begin, end - begin);
+    begin = end + 1;
+    if (pair.empty()) continue;
+    const auto equals = pair.find('=');
+    auto key = form_decode(pair.substr(0, equals));
     const auto& ignored = tool.fingerprint.ignore_query;
-    if (std::find(ignored.begin(), ignored.end(), param.key) != ignored.end()) continue;
-    params.emplace_back(param.key, param.has_value ? "=" + param.value : "");
+    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+    params.emplace_back(std::move(key), equals == std::string_view::npos ? "" : "=" + form_decode(pair.substr(equals + 1)));
   }
   std::stable_sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  url.remove_query();
-  url.normalize();
-  std::string target(url.buffer());
   for (std::size_t i = 0; i < params.size(); ++i) {
-    target += i == 0 ? '?' : '&';
-    append_field(target, params[i].first);
-    append_field(target, params[i].second);
+    out += i == 0 ? '?' : '&';
+    append_field(out, params[i].first);
+    append_field(out, params[i].second);
   }
-  return target;
+  return out;
 }
 
 std::vector<std::string> effective_ignores(const Tool& tool) {
@@ -231,7 +233,7 @@ std::vector<std::string> missing_required(const Tool& tool, const boost::json::v
 Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcept {
   Fingerprint result;
   try {
-    std::string material = "idemgate-fingerprint-v1\n";
+    std::string material = "idemgate-fingerprint-v2\n";
     append_field(material, tool.name);
     append_field(material, input.method);
     append_field(material, canonical_target(input, tool));

@@ -1,7 +1,9 @@
 // The fingerprint of a write: what makes two requests "the same intent".
 // SHA-256 (hex) over a canonical form of
-//   tool name, method, normalised target (scheme, host lowercased, default
-//   port dropped, path normalised, query parameters sorted with the tool's
+//   tool name, method, normalised target (normalize.hpp, the same form the
+//   matcher reads: host lowercased without a trailing dot, default port
+//   dropped, unreserved escapes decoded, dot and empty segments resolved;
+//   query parameters decoded and sorted with the tool's
 //   fingerprint.ignore_query removed), the tool's fingerprint.headers (never
 //   the idempotency key header), and the body:
 //     JSON (application/json, */*+json): keys sorted, numbers normalised

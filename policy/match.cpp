@@ -2,6 +2,7 @@
 // lookup order (exact host, then globs longest suffix first, then "*").
 #include "policy/match.hpp"
 
+#include "policy/normalize.hpp"
 #include "policy/percent.hpp"
 
 #include <boost/json/parse.hpp>
@@ -69,7 +70,10 @@ bool can_match_same_request(const MatchSpec& a, const MatchSpec& b) {
 
 bool path_matches(std::string_view pattern, std::string_view path) noexcept {
   if (pattern.empty()) return true;
-  if (is_prefix(pattern)) return path.starts_with(pattern.substr(0, pattern.size() - 1));
+  if (is_prefix(pattern)) {
+    const auto prefix = pattern.substr(0, pattern.size() - 1);
+    return path.starts_with(prefix) || (prefix.size() > 1 && prefix.back() == '/' && path == prefix.substr(0, prefix.size() - 1));
+  }
   if (!has_params(pattern)) return pattern == path;
   // Walk both segment by segment without allocating.
   std::size_t p = 0, q = 0;
@@ -130,6 +134,7 @@ ToolTable::Specificity ToolTable::specificity(const MatchSpec& spec) {
 
 CompiledTools ToolTable::compile(std::vector<Tool> tools) {
   auto table = std::make_shared<ToolTable>();
+  for (auto& tool : tools) tool.match.path = normalize_path_pattern(tool.match.path);
   table->tools_ = std::move(tools);
   const auto& all = table->tools_;
   std::vector<Specificity> keys;
@@ -204,6 +209,30 @@ const Tool* ToolTable::match(const MatchRequest& request) const noexcept {
     }
   }
   return match_bucket(any_host_, request);
+}
+
+TargetMatch ToolTable::match_target(const TargetRequest& request) const {
+  const auto target = normalize_target(request.scheme, request.host, request.port, request.origin_form);
+  TargetMatch result;
+  if (target.host.empty()) return result;
+  MatchRequest normal;
+  normal.method = request.method;
+  normal.host = target.host;
+  normal.port = request.port;
+  normal.path = target.path.path;
+  normal.query = target.query ? std::string_view(*target.query) : std::string_view();
+  normal.mcp_tool = request.mcp_tool;
+  result.tool = match(normal);
+  for (const auto& reading : target.path.alternates) {
+    normal.path = reading;
+    const auto* other = match(normal);
+    if (other && other != result.tool && other->effect != Effect::read) {
+      result.ambiguous_write = other;
+      result.ambiguous_path = reading;
+      break;
+    }
+  }
+  return result;
 }
 
 std::optional<std::string> mcp_tool_name(std::string_view body) noexcept {

@@ -11,6 +11,8 @@
 //   4. method: a method given  >  any method
 //   5. mcp:    an MCP tool name given  >  not an MCP tool
 //   6. port:   a port given  >  any port
+// Requests are matched in their normal form (normalize.hpp) and path patterns
+// are normalised at compile time the same way ("/v1//x/" is "/v1/x").
 // Two tools that are equally specific on every dimension and can match the
 // same request are a tie: compile() reports it and the config is refused.
 #pragma once
@@ -44,6 +46,25 @@ struct MatchRequest {
 // Never throws.
 std::optional<std::string> mcp_tool_name(std::string_view body) noexcept;
 
+// A request as it arrived, before normalisation (normalize.hpp).
+struct TargetRequest {
+  std::string_view method;
+  std::string_view scheme;       // "http" or "https"
+  std::string_view host;
+  std::uint16_t port = 0;        // as connected to (a tool's port: compares with it)
+  std::string_view origin_form;  // "/path?query" as sent
+  std::string_view mcp_tool;
+};
+
+struct TargetMatch {
+  const Tool* tool = nullptr;  // the tool of the normalised request, or nullptr
+  // Set when the request must be refused rather than matched or passed on:
+  // another reading of an ambiguous spelling (%2F, %5C, '\', ";params") is a
+  // call of this write tool, which the primary reading is not.
+  const Tool* ambiguous_write = nullptr;
+  std::string ambiguous_path;  // that reading
+};
+
 struct MatchTie {
   std::size_t first = 0;   // index into the tools given to compile()
   std::size_t second = 0;  // the later of the two
@@ -63,6 +84,10 @@ class ToolTable {
 
   // The most specific tool for the request, or nullptr. Never throws.
   const Tool* match(const MatchRequest& request) const noexcept;
+
+  // Normalises the request (normalize.hpp) and matches it; the entry point
+  // for requests off the wire. Only allocation can throw.
+  TargetMatch match_target(const TargetRequest& request) const;
 
   const std::vector<Tool>& tools() const noexcept { return tools_; }
 
@@ -100,7 +125,8 @@ class ToolTable {
   HostBucket any_host_;
 };
 
-// Does `path` match the pattern (exact, "prefix*" or {param} segments)?
+// Does `path` (normalised) match the pattern (exact, "prefix*" or {param}
+// segments)? "/v1/*" also matches "/v1", the normal form of "/v1/".
 bool path_matches(std::string_view pattern, std::string_view path) noexcept;
 
 // Does the raw query hold the condition ("name" or "name=value")? Compares

@@ -2,7 +2,6 @@
 #include "policy/percent.hpp"
 
 namespace idemgate::policy {
-namespace {
 
 int hex_digit(char c) noexcept {
   if (c >= '0' && c <= '9') return c - '0';
@@ -10,6 +9,8 @@ int hex_digit(char c) noexcept {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
+
+namespace {
 
 // Calls emit(char) for each decoded character; stops early when it returns false.
 template <class Emit>

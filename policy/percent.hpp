@@ -9,6 +9,9 @@ namespace idemgate::policy {
 
 std::string form_decode(std::string_view raw);
 
+// The value of a hex digit, -1 for any other character.
+int hex_digit(char c) noexcept;
+
 // form_decode(raw) == plain, without allocating.
 bool form_decoded_equals(std::string_view raw, std::string_view plain) noexcept;
 

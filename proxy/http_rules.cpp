@@ -1,6 +1,8 @@
 // HTTP/1.1 framing and header rules for the proxy (see http_rules.hpp).
 #include "proxy/http_rules.hpp"
 
+#include "policy/normalize.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/url/parse.hpp>
@@ -79,6 +81,13 @@ std::optional<std::uint16_t> parse_port(std::string_view s) {
   return static_cast<std::uint16_t>(v);
 }
 
+// "127.0.0.1." is a reg-name to the URL grammar, an address once normalised.
+bool is_dotted_ipv4(std::string_view host) {
+  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) || c == '.';
+  });
+}
+
 }  // namespace
 
 std::optional<Target> parse_absolute_target(std::string_view text) {
@@ -97,7 +106,12 @@ std::optional<Target> parse_absolute_target(std::string_view text) {
     t.host = std::string(u.encoded_host());
     t.host_is_ip = true;
   } else if (host_type == boost::urls::host_type::name) {
-    t.host = lowercase(u.encoded_host());
+    // One normal form for every use of the host (matching, egress, DNS,
+    // SNI): "API.Stripe.com." and "api.%73tripe.com" are api.stripe.com.
+    auto host = policy::normalize_host(u.encoded_host());
+    if (!host) return std::nullopt;
+    t.host = std::move(*host);
+    t.host_is_ip = is_dotted_ipv4(t.host);
   } else {
     return std::nullopt;
   }
@@ -110,6 +124,9 @@ std::optional<Target> parse_absolute_target(std::string_view text) {
     t.port = t.scheme == "https" ? 443 : 80;
   }
   std::string_view path = u.encoded_path();
+  // Boost.URL 1.81 reads "http://127.0.0.1.:80/x" (and "http://1.2.3.4.evil/")
+  // as an IPv4 host followed by a path that does not start with '/'.
+  if (!path.empty() && path.front() != '/') return std::nullopt;
   t.origin_form = path.empty() ? "/" : std::string(path);
   if (u.has_query()) {
     t.origin_form += '?';
@@ -146,11 +163,10 @@ std::optional<Target> parse_authority_target(std::string_view text) {
   auto p = parse_port(port);
   if (!p) return std::nullopt;
   t.port = *p;
-  t.host = lowercase(host);
-  if (!t.host_is_ip) {
-    t.host_is_ip = std::all_of(t.host.begin(), t.host.end(),
-                               [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
-  }
+  auto normal = policy::normalize_host(host);
+  if (!normal) return std::nullopt;
+  t.host = std::move(*normal);
+  if (!t.host_is_ip) t.host_is_ip = is_dotted_ipv4(t.host);
   t.origin_form = "/";
   return t;
 }

@@ -33,6 +33,20 @@ Problem egress_denied(std::string detail) {
   return {403, "egress_denied", "Egress denied", std::move(detail), std::nullopt, {}};
 }
 
+Problem ambiguous_spelling(std::string_view method, std::string_view url, std::string_view reading,
+                           std::string_view tool) {
+  Problem p{403, "policy_deny", "Ambiguous request path",
+            std::string(method) + " " + std::string(url) +
+                ": servers read this path in more than one way, and read as " + std::string(reading) +
+                " it is a call of the write tool '" + std::string(tool) +
+                "'; such spellings are refused, never passed on. Send the path with plain '/' separators and "
+                "without %2F, %5C, '\\' or ';' parameters.",
+            std::nullopt, {}};
+  p.extra["terminal"] = "abort";
+  p.extra["tool"] = std::string(tool);
+  return p;
+}
+
 Problem upstream_tls_failed(std::string detail) {
   return {502, "upstream_tls_failed", "Upstream TLS failed", std::move(detail), std::nullopt, {}};
 }

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace idemgate::proxy {
 
@@ -28,6 +29,10 @@ Problem upstream_timed_out(std::string detail);
 // 403: the egress guard refused the host or an address it resolves to;
 // nothing was sent.
 Problem egress_denied(std::string detail);
+// 403 policy_deny: the path has no single reading (%2F, %5C, '\\' or
+// ";params") and one reading is a call of write tool `tool`; nothing was sent.
+Problem ambiguous_spelling(std::string_view method, std::string_view url, std::string_view reading,
+                           std::string_view tool);
 // 502: the upstream's TLS handshake or certificate check failed; never
 // followed by a plain-text attempt.
 Problem upstream_tls_failed(std::string detail);

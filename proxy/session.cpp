@@ -229,22 +229,22 @@ private:
       }
       if (auto name = policy::mcp_tool_name(*body)) mcp_tool = std::move(*name);
     }
-    std::string_view const origin = target->origin_form;
-    auto const q = origin.find('?');
-    policy::MatchRequest mr;
-    mr.method = req.method_string();
-    mr.host = target->host;
-    mr.port = target->port;
-    mr.path = origin.substr(0, q);
-    mr.query = q == std::string_view::npos ? std::string_view() : origin.substr(q + 1);
-    mr.mcp_tool = mcp_tool;
-    policy::Tool const* tool = cfg.tool_table ? cfg.tool_table->match(mr) : nullptr;
+    policy::TargetMatch matched;
+    if (cfg.tool_table)
+      matched = cfg.tool_table->match_target(
+          {req.method_string(), target->scheme, target->host, target->port, target->origin_form, mcp_tool});
+    policy::Tool const* tool = matched.tool;
     ForwardResult r;
-    if (tool) {
+    if (matched.ambiguous_write) {
+      Problem const p = ambiguous_spelling(req.method_string(), target->scheme + "://" + target->authority() + target->origin_form,
+                                           matched.ambiguous_path, matched.ambiguous_write->name);
+      co_await write_problem(cfg, p, version);
+      co_return false;
+    } else if (tool) {
       r = co_await guard_request(client_, buffer_, parser, *target, *tool, cfg, worker_, std::move(body));
     } else if (cfg.unmatched == policy::Unmatched::deny) {
       Problem const p{403, "policy_deny", "No tool matches",
-                      std::string(req.method_string()) + " " + target->host + std::string(mr.path) +
+                      std::string(req.method_string()) + " " + target->host + target->origin_form.substr(0, target->origin_form.find('?')) +
                           " matches no configured tool and unmatched is deny"};
       co_await write_problem(cfg, p, version);
       co_return false;

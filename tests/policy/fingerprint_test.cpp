@@ -262,7 +262,7 @@ TEST_CASE("missing_required lists absent pointers") {
   CHECK(missing_required(tool, nullptr).size() == 4);
 }
 
-TEST_CASE("a target that is not valid origin-form is hashed as bytes, never fails") {
+TEST_CASE("a target that is not valid origin-form is escaped, never fails") {
   CHECK(fp("{}", "application/json", {}, "/v1/a b") != fp("{}", "application/json", {}, "/v1/a  b"));
   CHECK(fp("{}", "application/json", {}, "not-a-path%") != fp("{}", "application/json", {}, "/v1/charges"));
   CHECK(fp("{}", "application/json", {}, "/v1/%zz") == fp("{}", "application/json", {}, "/v1/%zz"));

@@ -59,6 +59,24 @@ TEST_CASE("absolute-form targets") {
   CHECK_FALSE(parse_absolute_target("http://a:99999/"));
 }
 
+TEST_CASE("hosts are normalised as matching reads them: case, trailing dot, escapes") {
+  auto t = parse_absolute_target("http://API.%73tripe.COM.:8080/v1/charges");
+  REQUIRE(t);
+  CHECK(t->host == "api.stripe.com");
+  CHECK_FALSE(t->host_is_ip);
+  CHECK_FALSE(parse_absolute_target("http://api%2Fstripe.com/"));
+  // Boost.URL reads these as an IPv4 host and a path without '/'.
+  CHECK_FALSE(parse_absolute_target("http://127.0.0.1.:80/x"));
+  CHECK_FALSE(parse_absolute_target("http://127.0.0.1.evil.example/x"));
+  auto c = parse_authority_target("API.Stripe.com.:443");
+  REQUIRE(c);
+  CHECK(c->host == "api.stripe.com");
+  auto ip = parse_authority_target("127.0.0.1.:443");
+  REQUIRE(ip);
+  CHECK(ip->host == "127.0.0.1");
+  CHECK(ip->host_is_ip);
+}
+
 TEST_CASE("authority-form CONNECT targets") {
   auto t = parse_authority_target("api.stripe.com:443");
   REQUIRE(t);
