@@ -54,6 +54,7 @@ class Completion {
 
   void operator()(Result<T> result) {
     if (result.has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    stats_.latency.observe(std::chrono::steady_clock::now() - start_);
     asio::post(work_, [handler = std::move(handler_), result = std::move(result)]() mutable {
       std::move(handler)(std::move(result));
     });
@@ -65,6 +66,7 @@ class Completion {
       work_;
   Handler handler_;
   LedgerStats& stats_;
+  std::chrono::steady_clock::time_point const start_ = std::chrono::steady_clock::now();
 };
 
 template <class T, class Op, class Handler>
@@ -319,6 +321,11 @@ Awaitable<std::vector<Intent>> Ledger::list_unknown_past_ttl(int limit) {
                                    [limit](Store& s) { return s.list_unknown_past_ttl(limit); });
 }
 
+Awaitable<std::vector<Intent>> Ledger::list_unescalated_unknowns(int limit) {
+  return call<std::vector<Intent>>(unlocked,
+                                   [limit](Store& s) { return s.list_unescalated_unknowns(limit); });
+}
+
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
   auto order = runs_order(run);
   return call<RunCharge>(std::move(order), [run = std::move(run), budget, kind](Store& s) {
@@ -352,8 +359,12 @@ Awaitable<Run> Ledger::kill_run(std::string run, std::string reason) {
 }
 
 Awaitable<std::int64_t> Ledger::persist_escalation(EscalationRequest request) {
-  return call<std::int64_t>(
-      unlocked, [request = std::move(request)](Store& s) { return s.persist_escalation(request); });
+  // Named locals only: GCC 12 destroys temporaries of a co_await expression twice.
+  Order order = unlocked;
+  auto op = [request](Store& s) { return s.persist_escalation(request); };
+  auto id = co_await call<std::int64_t>(std::move(order), std::move(op));
+  if (id && escalation_observer_) escalation_observer_(*id, request);
+  co_return id;
 }
 
 Awaitable<Escalation> Ledger::find_escalation(std::int64_t id) {
@@ -375,6 +386,10 @@ Awaitable<void> Ledger::record_refusal(std::int64_t intent_id, std::string reaso
   return call<void>(unlocked, [intent_id, reason_code = std::move(reason_code)](Store& s) {
     return s.record_refusal(intent_id, reason_code);
   });
+}
+
+Awaitable<Signals> Ledger::read_signals(TimePoint since) {
+  return call<Signals>(unlocked, [since](Store& s) { return s.read_signals(since); });
 }
 
 Awaitable<int> Ledger::recover_stale(Millis lease) {

@@ -31,6 +31,7 @@
 
 #include "config/config.hpp"
 #include "ledger/errc.hpp"
+#include "ledger/latency_histogram.hpp"
 #include "ledger/redact.hpp"
 #include "ledger/store.hpp"
 #include "ledger/types.hpp"
@@ -40,6 +41,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +74,8 @@ struct LedgerStats {
   // is not counted.
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::uint64_t> batched_jobs{0};
+  // From a call's enqueue to its result (queueing, the batch, the commit).
+  LatencyHistogram latency;
 };
 
 class Ledger {
@@ -111,6 +115,8 @@ class Ledger {
 
   // Unknown intents past their TTL, oldest first: escalate each.
   Awaitable<std::vector<Intent>> list_unknown_past_ttl(int limit = 100);
+  // Those not escalated yet (Store::list_unescalated_unknowns).
+  Awaitable<std::vector<Intent>> list_unescalated_unknowns(int limit = 100);
 
   Awaitable<RunCharge> count_call(std::string run, std::int64_t budget, CallKind kind);
   Awaitable<Run> find_run(std::string run);
@@ -124,6 +130,14 @@ class Ledger {
                                                       int limit = 100);
   Awaitable<Escalation> resolve_escalation(ResolveRequest request);
   Awaitable<void> record_refusal(std::int64_t intent_id, std::string reason_code);
+  // The dashboard views (Store::read_signals).
+  Awaitable<Signals> read_signals(TimePoint since);
+
+  // Called with each escalation persist_escalation wrote, after its commit,
+  // on the persisting caller's executor: it must not block (the webhook
+  // notifier queues and returns). Set before the first call.
+  using EscalationObserver = std::function<void(std::int64_t id, const EscalationRequest&)>;
+  void observe_escalations(EscalationObserver observer) { escalation_observer_ = std::move(observer); }
 
   // Another replica died: its attempts begun longer than `lease` ago become
   // unknown. Returns how many intents were recovered.
@@ -158,6 +172,7 @@ class Ledger {
 
   LedgerOptions options_;
   LedgerStats stats_;
+  EscalationObserver escalation_observer_;
   std::vector<std::unique_ptr<Store>> stores_;
   std::mutex mutex_;
   std::condition_variable ready_;

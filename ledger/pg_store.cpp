@@ -545,6 +545,19 @@ Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
   });
 }
 
+Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
+  return transact([&](pqxx::dbtransaction& w) {
+    std::vector<Intent> out;
+    for (const auto& row : w.exec(select_intents(
+             "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
+             "<= now() AND NOT EXISTS (SELECT 1 FROM escalations e WHERE e.intent_id = intents.id "
+             "AND e.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
+             "ORDER BY unknown_since LIMIT " + std::to_string(limit))))
+      out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
 Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budget, CallKind kind) {
   return transact([&](pqxx::dbtransaction& w) {
     auto id = q(w, run);
@@ -668,6 +681,31 @@ int recover_where(pqxx::dbtransaction& w, const std::string& filter) {
 }
 
 }  // namespace
+
+Result<Signals> PgStore::read_signals(TimePoint since) {
+  return transact([&](pqxx::dbtransaction& w) {
+    auto const from = "to_timestamp(" + std::to_string(since.time_since_epoch().count()) + " / 1000.0)";
+    auto const hour = std::string("to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')");
+    Signals out;
+    for (const auto& r : w.exec("SELECT reason_code, count(*) FROM escalations WHERE state = 'open' "
+                                "GROUP BY reason_code ORDER BY reason_code"))
+      out.open_escalations.push_back({r[0].as<std::string>(), r[1].as<std::int64_t>()});
+    for (const auto& r : w.exec("SELECT " + hour + ", reason_code, escalations FROM "
+                                "dash_escalations_by_reason_hourly WHERE hour >= date_trunc('hour', " + from +
+                                ") ORDER BY hour, reason_code"))
+      out.escalations_by_hour.push_back({r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::int64_t>()});
+    for (const auto& r : w.exec("SELECT tool, depth, intents FROM dash_retry_depth ORDER BY tool, depth"))
+      out.retry_depth.push_back({r[0].as<std::string>(), r[1].as<int>(), r[2].as<std::int64_t>()});
+    for (const auto& r : w.exec("SELECT " + hour + ", tool, reason_code, refusals, fingerprints FROM "
+                                "dash_same_fingerprint_refusals WHERE hour >= date_trunc('hour', " + from +
+                                ") ORDER BY hour, tool, reason_code"))
+      out.refusals_by_hour.push_back({r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::string>(),
+                                      r[3].as<std::int64_t>(), r[4].as<std::int64_t>()});
+    out.unknown_past_ttl = w.exec1("SELECT count(*) FROM dash_unknown_past_ttl")[0].as<std::int64_t>();
+    out.duplicate_receipts = w.exec1("SELECT count(*) FROM dash_duplicate_receipts")[0].as<std::int64_t>();
+    return out;
+  });
+}
 
 Result<int> PgStore::recover_replica(const std::string& replica) {
   return transact([&](pqxx::dbtransaction& w) { return recover_where(w, "replica_id = " + q(w, replica)); });

@@ -33,6 +33,7 @@ class PgStore final : public Store {
                                      const std::string& answer_class,
                                      std::int64_t except_intent) override;
   Result<std::vector<Intent>> list_unknown_past_ttl(int limit) override;
+  Result<std::vector<Intent>> list_unescalated_unknowns(int limit) override;
   Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
   Result<Run> find_run(const std::string& run) override;
   Result<Run> set_run_state(const std::string& run, RunState, const std::string& reason) override;
@@ -42,6 +43,7 @@ class PgStore final : public Store {
                                                    int limit) override;
   Result<Escalation> resolve_escalation(const ResolveRequest&) override;
   Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) override;
+  Result<Signals> read_signals(TimePoint since) override;
   Result<int> recover_replica(const std::string& replica) override;
   Result<int> recover_stale(Millis lease) override;
 

@@ -401,6 +401,20 @@ Result<std::vector<Intent>> SqliteStore::list_unknown_past_ttl(int limit) {
   });
 }
 
+Result<std::vector<Intent>> SqliteStore::list_unescalated_unknowns(int limit) {
+  return transact(Lock::read, [&] {
+    Statement s(db_, sql("SELECT ", intent_columns,
+                         " FROM intents i WHERE state = 'unknown' AND unknown_since + "
+                         "unknown_ttl_ms <= ? AND NOT EXISTS (SELECT 1 FROM escalations e WHERE "
+                         "e.intent_id = i.id AND e.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
+                         "ORDER BY unknown_since LIMIT ?"));
+    s.bind(1, now_epoch_ms()).bind(2, std::int64_t{limit});
+    std::vector<Intent> out;
+    while (s.step()) out.push_back(read_intent(s));
+    return out;
+  });
+}
+
 std::optional<Run> SqliteStore::load_run(const std::string& run) {
   Statement s(db_, "SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = ?");
   s.bind(1, run);
@@ -564,6 +578,40 @@ int SqliteStore::recover_where(const std::string& attempt_filter, const std::str
       .bind(2, bound)
       .run();
   return intents;
+}
+
+Result<Signals> SqliteStore::read_signals(TimePoint since) {
+  return transact(Lock::read, [&] {
+    // The views' hours are "YYYY-MM-DDTHH:00:00Z" text: compared as text.
+    Statement hour_of(db_, "SELECT strftime('%Y-%m-%dT%H:00:00Z', ? / 1000, 'unixepoch')");
+    hour_of.bind(1, std::int64_t{since.time_since_epoch().count()});
+    hour_of.step();
+    std::string const from = hour_of.text(0);
+    Signals out;
+    Statement open(db_, "SELECT reason_code, count(*) FROM escalations WHERE state = 'open' "
+                        "GROUP BY reason_code ORDER BY reason_code");
+    while (open.step()) out.open_escalations.push_back({open.text(0), open.int64(1)});
+    Statement hourly(db_, "SELECT hour, reason_code, escalations FROM dash_escalations_by_reason_hourly "
+                          "WHERE hour >= ? ORDER BY hour, reason_code");
+    hourly.bind(1, from);
+    while (hourly.step()) out.escalations_by_hour.push_back({hourly.text(0), hourly.text(1), hourly.int64(2)});
+    Statement depth(db_, "SELECT tool, depth, intents FROM dash_retry_depth ORDER BY tool, depth");
+    while (depth.step())
+      out.retry_depth.push_back({depth.text(0), static_cast<int>(depth.int64(1)), depth.int64(2)});
+    Statement refusals(db_, "SELECT hour, tool, reason_code, refusals, fingerprints "
+                            "FROM dash_same_fingerprint_refusals WHERE hour >= ? ORDER BY hour, tool, reason_code");
+    refusals.bind(1, from);
+    while (refusals.step())
+      out.refusals_by_hour.push_back(
+          {refusals.text(0), refusals.text(1), refusals.text(2), refusals.int64(3), refusals.int64(4)});
+    Statement unknown(db_, "SELECT count(*) FROM dash_unknown_past_ttl");
+    unknown.step();
+    out.unknown_past_ttl = unknown.int64(0);
+    Statement duplicates(db_, "SELECT count(*) FROM dash_duplicate_receipts");
+    duplicates.step();
+    out.duplicate_receipts = duplicates.int64(0);
+    return out;
+  });
 }
 
 Result<int> SqliteStore::recover_replica(const std::string& replica) {

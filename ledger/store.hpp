@@ -76,6 +76,10 @@ class Store {
   // Unknown intents whose unknown_ttl has run out (oldest first): each is
   // escalated (tool_outcome_unknown / money_unknown), never silently kept.
   virtual Result<std::vector<Intent>> list_unknown_past_ttl(int limit) = 0;
+  // The same, less those that already have a money_unknown or
+  // tool_outcome_unknown escalation in any state: what the escalation
+  // sweeper has still to escalate.
+  virtual Result<std::vector<Intent>> list_unescalated_unknowns(int limit) = 0;
 
   // Counts one call against the run's budget (creating the run with `budget`
   // on first sight). Does not count when the run is killed, or frozen and the
@@ -99,6 +103,9 @@ class Store {
   // A refusal of a repeat (same fingerprint at the bound, validation
   // repeated...), counted for the dashboards.
   virtual Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) = 0;
+
+  // The dashboard views: hourly series from `since` on, the rest whole.
+  virtual Result<Signals> read_signals(TimePoint since) = 0;
 
   // Crash recovery: attempts of `replica` still dispatched become unknown
   // (recovered). Returns how many intents were recovered.

@@ -173,4 +173,41 @@ struct ResolveRequest {
   std::string note;
 };
 
+// The production signals of the dash_* views (SPEC section 6), read for the
+// operator page's dashboard and for /metrics. Hours are UTC,
+// "YYYY-MM-DDTHH:00:00Z" on both backends.
+struct ReasonCount {
+  std::string reason_code;
+  std::int64_t count = 0;
+};
+
+struct HourlyEscalations {
+  std::string hour;
+  std::string reason_code;
+  std::int64_t escalations = 0;
+};
+
+struct RetryDepth {
+  std::string tool;
+  int depth = 0;
+  std::int64_t intents = 0;
+};
+
+struct HourlyRefusals {
+  std::string hour;
+  std::string tool;
+  std::string reason_code;
+  std::int64_t refusals = 0;
+  std::int64_t fingerprints = 0;
+};
+
+struct Signals {
+  std::vector<ReasonCount> open_escalations;            // by reason_code
+  std::vector<HourlyEscalations> escalations_by_hour;   // since `since`, oldest first
+  std::vector<RetryDepth> retry_depth;                  // by tool, then depth
+  std::vector<HourlyRefusals> refusals_by_hour;         // since `since`, oldest first
+  std::int64_t unknown_past_ttl = 0;
+  std::int64_t duplicate_receipts = 0;                  // local keys with >1 provider receipt
+};
+
 }  // namespace idemgate::ledger

@@ -95,6 +95,7 @@ class GatedStore final : public Store {
     return none();
   }
   Result<std::vector<Intent>> list_unknown_past_ttl(int) override { return none(); }
+  Result<std::vector<Intent>> list_unescalated_unknowns(int) override { return none(); }
   Result<Run> find_run(const std::string&) override { return none(); }
   Result<Run> set_run_state(const std::string&, RunState, const std::string&) override { return none(); }
   Result<std::int64_t> persist_escalation(const EscalationRequest&) override { return none(); }
@@ -104,6 +105,7 @@ class GatedStore final : public Store {
   }
   Result<Escalation> resolve_escalation(const ResolveRequest&) override { return none(); }
   Result<void> record_refusal(std::int64_t, const std::string&) override { return none(); }
+  Result<Signals> read_signals(TimePoint) override { return none(); }
   Result<int> recover_replica(const std::string&) override { return none(); }
   Result<int> recover_stale(Millis) override { return none(); }
 
