@@ -20,9 +20,17 @@ struct Endpoint {
   std::uint16_t port = 8080;
 };
 
+// Where escalation packages are POSTed as they are persisted (optional).
+struct Notify {
+  std::string url;     // http:// or https://; empty: no notification
+  std::string secret;  // HMAC-SHA256 key for the Idemgate-Signature header
+};
+
 struct Admin {
+  bool enabled = false;  // true when admin.listen is written in the file
   Endpoint listen{"127.0.0.1", 8081};
   std::string token_file;  // empty: no token (refused on a non-loopback address)
+  Notify notify;
 };
 
 struct Ledger {

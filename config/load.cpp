@@ -39,6 +39,9 @@ LoadResult load_string(std::string_view yaml, const std::string& file_name) {
     result.errors.push_back({file_name, e.mark.line + 1, e.mark.column + 1, e.msg});
     return result;
   }
+  // The admin listener serves only where it was asked for: a default port
+  // would collide between processes on one host.
+  config->admin.enabled = positions.written("admin.listen");
   normalise(*config);
   validate(*config, positions, result.errors);
   auto compiled = policy::ToolTable::compile(config->tools);

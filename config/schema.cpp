@@ -94,10 +94,19 @@ const Fields<Tool>& tool_fields() {
   return fields;
 }
 
+const Fields<Notify>& notify_fields() {
+  static const Fields<Notify> fields{
+      field("url", &Notify::url),
+      field("secret", &Notify::secret),
+  };
+  return fields;
+}
+
 const Fields<Admin>& admin_fields() {
   static const Fields<Admin> fields{
       field("listen", &Admin::listen),
       field("token_file", &Admin::token_file),
+      nested_field("notify", &Admin::notify, notify_fields()),
   };
   return fields;
 }

@@ -43,6 +43,7 @@ class Checker {
     check_pattern("runs.header", config_.runs.header, header_name_error);
     check_ledger();
     check_tls();
+    check_admin();
     std::map<std::string, std::size_t> route_by_prefix;
     for (std::size_t i = 0; i < config_.routes.size(); ++i) {
       check_route(i);
@@ -88,6 +89,19 @@ class Checker {
     if (!config_.tls.intercept) return;
     if (config_.tls.ca_cert.empty()) report("tls.ca_cert", "tls.intercept needs tls.ca_cert");
     if (config_.tls.ca_key.empty()) report("tls.ca_key", "tls.intercept needs tls.ca_key");
+  }
+
+  void check_admin() {
+    const auto& notify = config_.admin.notify;
+    if (notify.url.empty() && notify.secret.empty()) return;
+    if (notify.url.empty()) {
+      report("admin.notify.secret", "admin.notify.secret is set but admin.notify.url is not");
+      return;
+    }
+    check_http_url("admin.notify.url", notify.url);
+    if (notify.secret.size() < 16)
+      report(notify.secret.empty() ? "admin.notify" : "admin.notify.secret",
+             "admin.notify needs a secret of at least 16 characters to sign packages with");
   }
 
   void check_route(std::size_t index) {

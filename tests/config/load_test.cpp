@@ -107,3 +107,27 @@ TEST_CASE("a loaded config carries its compiled tool table") {
   REQUIRE(result.config->tool_table->match(request));
   CHECK(result.config->tool_table->match(request)->name == "stripe.get_customer");
 }
+
+TEST_CASE("the admin listener runs only where admin.listen is written; admin.notify is checked") {
+  auto none = config::load_string("listen: 127.0.0.1:0\n", "a.yaml");
+  REQUIRE_MESSAGE(none.errors.empty(), joined_errors(none));
+  CHECK_FALSE(none.config->admin.enabled);
+
+  auto on = config::load_string("admin: { listen: 127.0.0.1:0, token_file: t }\n", "b.yaml");
+  REQUIRE_MESSAGE(on.errors.empty(), joined_errors(on));
+  CHECK(on.config->admin.enabled);
+  CHECK(on.config->admin.listen.port == 0);
+
+  auto notify = config::load_string(
+      "admin:\n  notify: { url: \"https://hooks.example.com/x\", secret: \"0123456789abcdef\" }\n", "c.yaml");
+  REQUIRE_MESSAGE(notify.errors.empty(), joined_errors(notify));
+  CHECK_FALSE(notify.config->admin.enabled);
+  CHECK(notify.config->admin.notify.url == "https://hooks.example.com/x");
+
+  auto bad = config::load_string("admin:\n  notify:\n    url: \"ftp://x\"\n    secret: short\n", "d.yaml");
+  CHECK(joined_errors(bad) ==
+        "d.yaml:3:5: 'ftp://x' is not an http:// or https:// URL\n"
+        "d.yaml:4:5: admin.notify needs a secret of at least 16 characters to sign packages with\n");
+  auto orphan = config::load_string("admin: { notify: { secret: \"0123456789abcdef0\" } }\n", "e.yaml");
+  CHECK(joined_errors(orphan).find("admin.notify.secret is set but admin.notify.url is not") != std::string::npos);
+}
