@@ -21,6 +21,11 @@ using policy::TransportOutcome;
 asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& req, const config::Config& cfg,
                                          Worker& worker, std::uint64_t response_limit) {
   constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+  struct Timed {
+    ledger::LatencyHistogram& histogram;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~Timed() { histogram.observe(std::chrono::steady_clock::now() - start); }
+  } timed{worker.stats().upstream_latency};
   UpstreamAnswer answer;
   std::string const pool_key = target.pool_key();
   auto up = worker.pool().take(pool_key);

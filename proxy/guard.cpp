@@ -830,6 +830,7 @@ private:
     if (!reason_code_.empty()) o["reason_code"] = reason_code_;
     if (have_intent_) o["intent"] = intent_.id;
     log_event("decision", std::move(o));
+    worker_.decisions().count(tool_.name, decision_, answer_class_, reason_code_);
   }
 
   ProxyStream& client_;

@@ -63,6 +63,17 @@ void log_event(std::string_view event, boost::json::object fields) {
   }
 }
 
+void log_exception(std::string_view where, std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    log_event("internal_error", {{"where", where}, {"error", ex.what()}});
+  } catch (...) {
+    log_event("internal_error", {{"where", where}, {"error", "unknown exception"}});
+  }
+}
+
 void set_request_log_enabled(bool on) { g_request_log.store(on, std::memory_order_relaxed); }
 bool request_log_enabled() noexcept { return g_request_log.load(std::memory_order_relaxed); }
 

@@ -20,7 +20,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage:\n"
     "  idemgate --version\n"
-    "  idemgate serve --config FILE [--port-file FILE]\n"
+    "  idemgate serve --config FILE [--port-file FILE] [--admin-port-file FILE]\n"
     "  idemgate check-config FILE\n"
     "  idemgate ca init [--dir DIR] [--force]\n"
     "  idemgate ledger migrate --config FILE\n"
@@ -40,6 +40,8 @@ int run_serve(const std::vector<std::string_view>& args) {
       options.config_path = std::string(args[++i]);
     else if (args[i] == "--port-file" && i + 1 < args.size())
       options.port_file = std::string(args[++i]);
+    else if (args[i] == "--admin-port-file" && i + 1 < args.size())
+      options.admin_port_file = std::string(args[++i]);
     else
       return usage_error("serve: unexpected argument '" + std::string(args[i]) + "'");
   }

@@ -2,9 +2,13 @@
 #include "proxy/ops_cli.hpp"
 
 #include "config/config.hpp"
+#include "ledger/ledger.hpp"
 #include "ledger/open_store.hpp"
-#include "ledger/types.hpp"
+#include "proxy/ops.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 
 #include <charconv>
@@ -14,6 +18,7 @@
 
 namespace idemgate::proxy {
 
+namespace asio = boost::asio;
 namespace json = boost::json;
 
 namespace {
@@ -43,64 +48,23 @@ Args split(std::span<const std::string_view> args) {
   return a;
 }
 
-std::int64_t millis(const ledger::TimePoint& t) { return t.time_since_epoch().count(); }
-
-json::object to_json(const ledger::Intent& i) {
-  json::object o{{"id", i.id},
-                 {"run", i.run},
-                 {"tool", i.tool},
-                 {"fingerprint", i.fingerprint},
-                 {"key", i.key},
-                 {"state", ledger::to_string(i.state)},
-                 {"class", i.answer_class},
-                 {"attempts", i.attempts},
-                 {"receipt", i.receipt},
-                 {"recovered", i.recovered},
-                 {"created_at_ms", millis(i.created_at)},
-                 {"updated_at_ms", millis(i.updated_at)}};
-  if (i.status) o["status"] = *i.status;
-  return o;
-}
-
-json::object to_json(const ledger::Escalation& e) {
-  boost::system::error_code ec;
-  auto package = json::parse(e.package_json, ec);
-  json::object o{{"id", e.id},
-                 {"run", e.run},
-                 {"reason_code", e.reason_code},
-                 {"state", ledger::to_string(e.state)},
-                 {"receipt", e.receipt},
-                 {"note", e.note},
-                 {"created_at_ms", millis(e.created_at)},
-                 {"package", ec ? json::value(e.package_json) : package}};
-  if (e.intent_id) o["intent_id"] = *e.intent_id;
-  return o;
-}
-
-json::object to_json(const ledger::Run& r) {
-  return {{"run", r.id}, {"state", ledger::to_string(r.state)}, {"calls", r.calls}, {"budget", r.budget},
-          {"reason", r.reason}};
-}
-
-template <class T>
-int print(const ledger::Result<T>& r, std::ostream& out, std::ostream& err) {
-  if (!r) {
-    err << "idemgate: ledger: " << r.error().message() << "\n";
-    return 1;
+// Runs one shared operation (proxy/ops.hpp) to completion and prints it:
+// one JSON object per line, or the error on err.
+int print(asio::awaitable<ops::OpResult> operation, std::ostream& out, std::ostream& err) {
+  asio::io_context io;
+  auto future = asio::co_spawn(io, std::move(operation), asio::use_future);
+  io.run();
+  auto const r = future.get();
+  if (!r.ok()) {
+    err << "idemgate: " << (r.status >= 500 ? "ledger: " : "") << r.detail << "\n";
+    return r.status == 400 ? 2 : 1;
   }
-  if constexpr (requires { r->begin(); }) {
-    for (auto const& item : *r) out << json::serialize(to_json(item)) << "\n";
+  if (r.body.is_array()) {
+    for (auto const& item : r.body.as_array()) out << json::serialize(item) << "\n";
   } else {
-    out << json::serialize(to_json(*r)) << "\n";
+    out << json::serialize(r.body) << "\n";
   }
   return 0;
-}
-
-std::optional<std::int64_t> parse_id(std::string_view s) {
-  std::int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 }  // namespace
@@ -149,53 +113,45 @@ int run_ops_command(std::span<const std::string_view> raw, std::ostream& out, st
     err << "idemgate: cannot open the ledger: " << (stores ? "no store" : stores.error().message()) << "\n";
     return 1;
   }
-  auto& store = *stores->front();
-  if (auto m = store.migrate(); !m) {
+  if (auto m = stores->front()->migrate(); !m) {
     err << "idemgate: ledger: " << m.error().message() << "\n";
     return 1;
   }
+  ledger::LedgerOptions options;
+  options.redact = cfg.redact;
+  ledger::Ledger ledger(std::move(*stores), options);
 
   if (group == "escalations" && verb == "list") {
-    std::optional<ledger::EscalationState> state;
-    if (auto s = a.options.find("state"); s != a.options.end()) {
-      state = ledger::parse_escalation_state(s->second);
-      if (!state) return usage("unknown --state '" + s->second + "'");
-    }
-    return print(store.list_escalations(state, 1000), out, err);
+    std::string state;
+    if (auto s = a.options.find("state"); s != a.options.end()) state = s->second;
+    return print(ops::list_escalations(ledger, state, 1000), out, err);
   }
   if (group == "escalations" && verb == "resolve") {
     if (a.positional.size() < 4) return usage("resolve needs ID and approve|deny|complete");
-    auto id = parse_id(a.positional[2]);
+    auto id = ops::parse_id(a.positional[2]);
     if (!id) return usage("escalation ID must be a number");
-    ledger::ResolveRequest rr;
-    rr.escalation_id = *id;
-    auto const how = a.positional[3];
-    if (how == "approve") rr.resolution = ledger::Resolution::approve;
-    else if (how == "deny") rr.resolution = ledger::Resolution::deny;
-    else if (how == "complete") rr.resolution = ledger::Resolution::complete;
-    else return usage("resolution must be approve, deny or complete");
-    if (auto r = a.options.find("receipt"); r != a.options.end()) rr.receipt = r->second;
-    if (auto n = a.options.find("note"); n != a.options.end()) rr.note = n->second;
-    if (rr.resolution == ledger::Resolution::complete && rr.receipt.empty())
-      return usage("complete needs --receipt (the provider's id for the effect)");
-    return print(store.resolve_escalation(rr), out, err);
+    std::string receipt, note;
+    if (auto r = a.options.find("receipt"); r != a.options.end()) receipt = r->second;
+    if (auto n = a.options.find("note"); n != a.options.end()) note = n->second;
+    return print(ops::resolve_escalation(ledger, *id, std::string(a.positional[3]), receipt, note), out,
+                 err);
   }
   if (group == "intents" && verb == "show") {
-    if (auto k = a.options.find("key"); k != a.options.end()) return print(store.find_intent_by_key(k->second), out, err);
+    if (auto k = a.options.find("key"); k != a.options.end())
+      return print(ops::find_intent_by_key(ledger, k->second), out, err);
     if (auto i = a.options.find("id"); i != a.options.end()) {
-      auto id = parse_id(i->second);
+      auto id = ops::parse_id(i->second);
       if (!id) return usage("--id must be a number");
-      return print(store.find_intent(*id), out, err);
+      return print(ops::show_intent(ledger, *id), out, err);
     }
-    if (auto r = a.options.find("run"); r != a.options.end()) return print(store.list_intents_by_run(r->second, 1000), out, err);
+    if (auto r = a.options.find("run"); r != a.options.end())
+      return print(ops::list_intents(ledger, r->second, 1000), out, err);
     return usage("intents show needs --key, --id or --run");
   }
-  if (group == "runs" && a.positional.size() >= 3) {
-    std::string const run(a.positional[2]);
+  if (group == "runs" && a.positional.size() >= 3 && (verb == "show" || verb == "unfreeze" || verb == "kill")) {
     std::string reason = a.options.count("reason") ? a.options["reason"] : "by operator";
-    if (verb == "show") return print(store.find_run(run), out, err);
-    if (verb == "unfreeze") return print(store.set_run_state(run, ledger::RunState::active, reason), out, err);
-    if (verb == "kill") return print(store.set_run_state(run, ledger::RunState::killed, reason), out, err);
+    return print(ops::run_action(ledger, std::string(a.positional[2]), std::string(verb), reason), out,
+                 err);
   }
   return usage("unknown command");
 }

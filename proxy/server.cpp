@@ -2,6 +2,7 @@
 #include "proxy/server.hpp"
 
 #include "ledger/ledger.hpp"
+#include "proxy/admin_server.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/log.hpp"
 #include "proxy/worker.hpp"
@@ -24,21 +25,16 @@
 
 #include <unistd.h>
 
+#ifndef IDEMGATE_VERSION
+#define IDEMGATE_VERSION "0.0.0"
+#endif
+
 namespace idemgate::proxy {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-void log_exception(std::string_view where, std::exception_ptr e) {
-  if (!e) return;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    log_event("internal_error", {{"where", where}, {"error", ex.what()}});
-  }
-}
 
 // Which replica this process is, for crash recovery of its own attempts:
 // IDEMGATE_REPLICA_ID, else the host name.
@@ -47,6 +43,13 @@ std::string replica_id() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0 && host[0]) return host;
   return "replica";
+}
+
+void write_port_file(const std::string& path, std::uint16_t port) {
+  if (path.empty()) return;
+  std::string const tmp = path + ".tmp";
+  { std::ofstream(tmp) << port << "\n"; }
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 // postgresql://user:password@host/db -> postgresql://user:***@host/db
@@ -134,6 +137,20 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
                                       ": " + e.code().message()}});
     return 1;
   }
+
+  // The operating surface: admin listener, escalation sweeper, webhook.
+  ServerStats server_stats;
+  MetricsSources metrics;
+  for (auto& w : workers) metrics.workers.push_back(w.get());
+  metrics.ledger = ledger->get();
+  metrics.minter = tls_services.minter.get();
+  metrics.server = &server_stats;
+  metrics.version = IDEMGATE_VERSION;
+  AdminServer admin(source, **ledger, metrics, tls_services);
+  if (auto why = admin.prepare(*cfg); !why.empty()) {
+    log_event("fatal", {{"error", why}});
+    return 1;
+  }
   for (unsigned i = 0; i < threads; ++i) {
     asio::co_spawn(workers[i]->context(), accept_loop(acceptors[i], *workers[i]),
                    [](std::exception_ptr e) { log_exception("accept_loop", e); });
@@ -172,6 +189,7 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
         boost::json::array errors;
         for (auto const& e : loaded.errors) errors.push_back(boost::json::string(config::format(e)));
         log_event("config_reload_failed", {{"config", options.config_path}, {"errors", std::move(errors)}});
+        server_stats.config_reload_failures.fetch_add(1, std::memory_order_relaxed);
       } else {
         if (loaded.config->listen.host != cfg->listen.host || loaded.config->listen.port != cfg->listen.port)
           log_event("config_reload_warning", {{"detail", "listen changes need a restart; kept the old address"}});
@@ -181,7 +199,15 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
           log_event("config_reload_warning", {{"detail", "tls.upstream_ca_file changes need a restart"}});
         if (loaded.config->ledger.url != cfg->ledger.url)
           log_event("config_reload_warning", {{"detail", "ledger.url changes need a restart; kept the old ledger"}});
+        if (loaded.config->admin.enabled != cfg->admin.enabled ||
+            loaded.config->admin.listen.host != cfg->admin.listen.host ||
+            loaded.config->admin.listen.port != cfg->admin.listen.port ||
+            loaded.config->admin.token_file != cfg->admin.token_file ||
+            loaded.config->admin.notify.url != cfg->admin.notify.url ||
+            loaded.config->admin.notify.secret != cfg->admin.notify.secret)
+          log_event("config_reload_warning", {{"detail", "admin changes need a restart; kept the old admin settings"}});
         source.set(loaded.config);
+        server_stats.config_reloads.fetch_add(1, std::memory_order_relaxed);
         log_event("config_reloaded", {{"config", options.config_path}, {"tools", loaded.config->tools.size()}});
       }
     } else if (!draining) {
@@ -212,13 +238,12 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
                  [](std::exception_ptr e) { log_exception("sweep_stale_attempts", e); });
   // Announced only now: a SIGHUP or SIGTERM sent as soon as the port is known
   // must find the handlers installed.
-  if (!options.port_file.empty()) {
-    std::string const tmp = options.port_file + ".tmp";
-    { std::ofstream(tmp) << endpoint.port() << "\n"; }
-    std::rename(tmp.c_str(), options.port_file.c_str());
-  }
+  admin.start();
+  if (admin.admin_port()) write_port_file(options.admin_port_file, admin.admin_port());
+  write_port_file(options.port_file, endpoint.port());
   main_ioc.run();
   for (auto& t : pool) t.join();
+  admin.stop();
   // The ledger goes first: calls it still holds complete into io_contexts
   // that are stopped but alive, and are dropped with them.
   ledger->reset();

@@ -15,6 +15,7 @@ namespace idemgate::proxy {
 struct ServeOptions {
   std::string config_path;
   std::string port_file;  // when set, the bound port is written here once listening
+  std::string admin_port_file;  // the same for the admin listener's port
 };
 
 // Serves until drained by a signal. Returns the process exit code.

@@ -4,6 +4,8 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "ledger/latency_histogram.hpp"
+#include "proxy/decision_stats.hpp"
 #include "proxy/read_tracker.hpp"
 #include "proxy/upstream_pool.hpp"
 
@@ -54,14 +56,19 @@ struct TlsServices {
   std::shared_ptr<tls::LeafMinter> minter;  // null unless tls.intercept was on at start
 };
 
+// Counters for /metrics: written on the worker's thread, read (relaxed) by
+// the admin listener's.
 struct WorkerStats {
   std::atomic<std::uint64_t> connections{0};
+  std::atomic<std::uint64_t> connections_closed{0};
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> tunnels{0};
   std::atomic<std::uint64_t> problems{0};
   std::atomic<std::uint64_t> upstream_connects{0};
   std::atomic<std::uint64_t> egress_denied{0};
   std::atomic<std::uint64_t> intercepted{0};
+  // A guarded exchange with an upstream, from connect to the complete answer.
+  ledger::LatencyHistogram upstream_latency;
 };
 
 class Worker {
@@ -73,6 +80,7 @@ public:
   ConfigSource& config() noexcept { return config_; }
   UpstreamPool& pool() noexcept { return pool_; }
   WorkerStats& stats() noexcept { return stats_; }
+  DecisionStats& decisions() noexcept { return decisions_; }
   ledger::Ledger* ledger() noexcept { return ledger_; }
   ReadTracker& reads() noexcept { return reads_; }
   const TlsServices& tls() const noexcept { return tls_; }
@@ -80,7 +88,9 @@ public:
 
   bool draining() const noexcept { return draining_; }
   void add(Drainable* s) { sessions_.insert(s); }
-  void remove(Drainable* s) { sessions_.erase(s); }
+  void remove(Drainable* s) {
+    if (sessions_.erase(s)) stats_.connections_closed.fetch_add(1, std::memory_order_relaxed);
+  }
   std::size_t active_sessions() const noexcept { return sessions_.size(); }
 
   // On this worker's thread: closes idle connections and makes busy ones
@@ -96,6 +106,7 @@ private:
   ReadTracker& reads_;
   const TlsServices& tls_;
   WorkerStats stats_;
+  DecisionStats decisions_;
   bool draining_ = false;
   std::unordered_set<Drainable*> sessions_;
 };

@@ -82,19 +82,24 @@ class Answer:
         return json.loads(self.body)
 
 
-def call(proxy, method, url, body=None, headers=None, run=None, timeout=30):
-    """One request through the proxy on a fresh connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=timeout)
+def request(port, method, target, body=None, headers=None, timeout=30):
+    """One request to 127.0.0.1:port on a fresh connection; a dict or list body is sent as JSON."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Content-Type": "application/json"} if body is not None else {}
-    if run:
-        h["Idemgate-Run"] = run
     h.update(headers or {})
     data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    conn.request(method, url, body=data, headers=h)
+    conn.request(method, target, body=data, headers=h)
     r = conn.getresponse()
     out = Answer(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
     conn.close()
     return out
+
+
+def call(proxy, method, url, body=None, headers=None, run=None, timeout=30):
+    """One request through the proxy on a fresh connection."""
+    h = {"Idemgate-Run": run} if run else {}
+    h.update(headers or {})
+    return request(proxy.port, method, url, body, h, timeout)
 
 
 def escalations(proxy):
