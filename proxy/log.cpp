@@ -1,20 +1,47 @@
-// JSON-lines logging on stderr.
+// JSON-lines logging on stderr through a writer thread (see log.hpp).
 #include "proxy/log.hpp"
 
 #include <boost/json/serialize.hpp>
 
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <mutex>
+#include <thread>
 
 namespace idemgate::proxy {
 
 namespace {
+
 std::atomic<bool> g_request_log{true};
+
+// Queued bytes beyond which a line is dropped: seconds of a busy proxy's
+// request log, so a disk that stalls costs lines, never traffic.
+constexpr std::size_t kMaxPending = 4u * 1024 * 1024;
+// The writer gathers lines for up to this long (or this many bytes) before
+// one write(2): under load, thousands of lines per system call.
+constexpr auto kGather = std::chrono::milliseconds(10);
+constexpr std::size_t kWriteAt = 256u * 1024;
+
+void write_all(int fd, std::string_view text) {
+  char const* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr gone: nothing sensible left to do
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
 
 // RFC 3339 with milliseconds, formatted at most once per millisecond per
 // thread: a busy proxy logs many lines within one.
@@ -34,17 +61,85 @@ const std::string& timestamp() {
   cached_ms = ms_total;
   return cached;
 }
+
+// Bytes a JSON string may hold as they are (printable ASCII but '"' and '\\').
+constexpr std::array<bool, 256> kPlain = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x7f; ++c) t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+  return t;
+}();
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out += '"';
+  std::size_t run = 0;  // start of the pending stretch that needs no escape
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto const c = static_cast<unsigned char>(s[i]);
+    if (kPlain[c]) continue;
+    out.append(s, run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 0xf];
+    }
+  }
+  out.append(s, run, s.size() - run);
+  out += '"';
+}
+
+namespace {
+
+template <class Int>
+void append_int(std::string& out, Int v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+// stderr's sink. Never destroyed (threads that outlive main's objects may
+// still log); stopped, so flushed, at exit.
+LogSink& stderr_sink() {
+  static LogSink* const sink = [] {
+    auto* s = new LogSink(STDERR_FILENO, kMaxPending);
+    std::atexit([] { stderr_sink().stop(); });
+    return s;
+  }();
+  return *sink;
+}
+
+// Everything but the request log is rare and may matter right now (a fatal
+// error, a reload): written without the gathering delay.
+bool is_urgent(std::string_view event) { return event != "request" && event != "decision"; }
+
+std::string& line_buffer() {
+  thread_local std::string text;
+  return text;
+}
+
+void begin_line(std::string& text, std::string_view event) {
+  text.clear();
+  text += "{\"ts\":\"";
+  text += timestamp();
+  text += "\",\"event\":";
+  append_json_string(text, event);
+}
+
 }  // namespace
 
 void log_event(std::string_view event, boost::json::object fields) {
   // {"ts":"...","event":"...", then the fields' own members, in one buffer.
   std::string const body = boost::json::serialize(fields);
-  std::string text;
-  text.reserve(body.size() + 64);
-  text += "{\"ts\":\"";
-  text += timestamp();
-  text += "\",\"event\":";
-  text += boost::json::serialize(boost::json::value(boost::json::string_view(event.data(), event.size())));
+  std::string& text = line_buffer();
+  begin_line(text, event);
   if (body.size() > 2) {
     text += ',';
     text.append(body, 1);
@@ -52,15 +147,45 @@ void log_event(std::string_view event, boost::json::object fields) {
     text += '}';
   }
   text += '\n';
-  char const* p = text.data();
-  std::size_t left = text.size();
-  while (left > 0) {
-    ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // stderr gone: nothing sensible left to do
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  stderr_sink().push(text, is_urgent(event));
+}
+
+LogLine::LogLine(std::string_view event) : text_(line_buffer()), urgent_(is_urgent(event)) { begin_line(text_, event); }
+
+void LogLine::key(std::string_view k) {
+  // Keys are the code's own identifiers: no escaping needed.
+  text_ += ",\"";
+  text_ += k;
+  text_ += "\":";
+}
+
+LogLine& LogLine::add(std::string_view k, std::string_view value) {
+  key(k);
+  append_json_string(text_, value);
+  return *this;
+}
+
+LogLine& LogLine::add(std::string_view k, std::uint64_t value) {
+  key(k);
+  append_int(text_, value);
+  return *this;
+}
+
+LogLine& LogLine::add(std::string_view k, std::int64_t value) {
+  key(k);
+  append_int(text_, value);
+  return *this;
+}
+
+LogLine& LogLine::add(std::string_view k, bool value) {
+  key(k);
+  text_ += value ? "true" : "false";
+  return *this;
+}
+
+void LogLine::emit() {
+  text_ += "}\n";
+  stderr_sink().push(text_, urgent_);
 }
 
 void log_exception(std::string_view where, std::exception_ptr e) {
@@ -76,5 +201,101 @@ void log_exception(std::string_view where, std::exception_ptr e) {
 
 void set_request_log_enabled(bool on) { g_request_log.store(on, std::memory_order_relaxed); }
 bool request_log_enabled() noexcept { return g_request_log.load(std::memory_order_relaxed); }
+
+LogStats log_stats() noexcept { return stderr_sink().stats(); }
+
+void log_flush() { stderr_sink().flush(); }
+
+LogSink::LogSink(int fd, std::size_t max_pending) : fd_(fd), max_pending_(max_pending), writer_([this] { run(); }) {}
+
+LogSink::~LogSink() { stop(); }
+
+void LogSink::push(std::string_view line, bool urgent) {
+  lines_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lock(mutex_);
+  if (stopped_) {
+    // After exit began: nobody is left to write it but us.
+    lock.unlock();
+    write_all(fd_, line);
+    written_.fetch_add(line.size(), std::memory_order_relaxed);
+    return;
+  }
+  if (pending_.size() + line.size() > max_pending_) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  pending_.append(line);
+  // One wake-up per batch: the writer gathers the rest by itself.
+  bool const wake = !notified_ || (urgent && !urgent_) || pending_.size() >= kWriteAt;
+  notified_ = true;
+  urgent_ = urgent_ || urgent;
+  lock.unlock();
+  if (wake) ready_.notify_one();
+}
+
+void LogSink::flush() {
+  std::unique_lock lock(mutex_);
+  if (stopped_) return;
+  std::uint64_t const target = ++flush_requests_;
+  urgent_ = true;
+  ready_.notify_one();
+  flushed_cv_.wait(lock, [&] { return flushed_ >= target || stopped_; });
+}
+
+void LogSink::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  writer_.join();
+}
+
+LogStats LogSink::stats() const noexcept {
+  return {lines_.load(std::memory_order_relaxed), dropped_.load(std::memory_order_relaxed),
+          written_.load(std::memory_order_relaxed)};
+}
+
+void LogSink::run() {
+  std::string writing;
+  std::uint64_t reported_dropped = 0;
+  auto last_report = std::chrono::steady_clock::time_point{};
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    ready_.wait(lock, [&] { return !pending_.empty() || stopping_ || flush_requests_ > flushed_; });
+    if (!urgent_ && !stopping_) {
+      ready_.wait_for(lock, kGather, [&] { return urgent_ || stopping_ || pending_.size() >= kWriteAt; });
+    }
+    writing.swap(pending_);
+    notified_ = false;
+    urgent_ = false;
+    std::uint64_t const flushing = flush_requests_;
+    bool const last = stopping_;
+    lock.unlock();
+    write_all(fd_, writing);
+    written_.fetch_add(writing.size(), std::memory_order_relaxed);
+    writing.clear();
+    // Dropped lines are told at most once a second, and at the end.
+    auto const dropped = dropped_.load(std::memory_order_relaxed);
+    auto const now = std::chrono::steady_clock::now();
+    if (dropped != reported_dropped && (last || now - last_report >= std::chrono::seconds(1))) {
+      std::string line = "{\"ts\":\"" + timestamp() + "\",\"event\":\"log_lines_dropped\",\"dropped\":";
+      append_int(line, dropped - reported_dropped);
+      line += ",\"dropped_total\":";
+      append_int(line, dropped);
+      line += ",\"detail\":\"the log buffer was full: stderr is slower than the traffic\"}\n";
+      write_all(fd_, line);
+      reported_dropped = dropped;
+      last_report = now;
+    }
+    lock.lock();
+    flushed_ = flushing;
+    flushed_cv_.notify_all();
+    if (last && pending_.empty()) break;
+  }
+  stopped_ = true;
+  flushed_cv_.notify_all();
+}
 
 }  // namespace idemgate::proxy

@@ -1,0 +1,106 @@
+// The log's JSON escaping and its writer thread: lines are whole, in order,
+// and a full buffer drops (and counts) lines instead of blocking the caller.
+#include "proxy/log.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace idemgate::proxy;
+
+namespace {
+
+// Everything the pipe holds until EOF.
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return out;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
+    out.push_back(text.substr(start, nl - start));
+  CHECK(start == text.size());  // nothing after the last newline
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("log: JSON strings escape quotes, backslashes, control bytes and non-ASCII") {
+  std::string out;
+  append_json_string(out, std::string_view("a\"b\\c\nd\x01\xc3\xa9/e", 12));
+  CHECK(out == R"("a\"b\\c\nd\u0001\u00c3\u00a9/e")");
+  auto v = boost::json::parse(out);
+  CHECK(v.as_string().size() == 12);
+}
+
+TEST_CASE("log: every line queued is written whole and in order, then stop flushes") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::string text;
+  {
+    LogSink sink(fds[1], 1 << 20);
+    for (int i = 0; i < 1000; ++i) sink.push("{\"i\":" + std::to_string(i) + "}\n", i % 100 == 0);
+    sink.flush();
+    CHECK(sink.stats().lines == 1000);
+    CHECK(sink.stats().dropped == 0);
+    sink.stop();
+    ::close(fds[1]);
+    text = read_all(fds[0]);
+  }
+  ::close(fds[0]);
+  auto const lines = lines_of(text);
+  REQUIRE(lines.size() == 1000);
+  for (int i = 0; i < 1000; ++i) CHECK(lines[static_cast<std::size_t>(i)] == "{\"i\":" + std::to_string(i) + "}");
+}
+
+TEST_CASE("log: a stalled reader costs dropped lines, counted and reported, never a blocked caller") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  // A small pipe and a small buffer: nobody reads, so the writer blocks in
+  // write(2) and the buffer fills.
+  ::fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  std::string const line(100, 'x');
+  std::string const one = "{\"p\":\"" + line + "\"}\n";
+  LogSink sink(fds[1], 8 * 1024);
+  int const total = 2000;  // 220 KB against 4 KiB of pipe and 8 KiB of buffer
+  for (int i = 0; i < total; ++i) sink.push(one, false);  // returns at once even while the writer is stuck
+  auto const stats = sink.stats();
+  CHECK(stats.lines == static_cast<std::uint64_t>(total));
+  CHECK(stats.dropped > 0);
+  // Drain the pipe while the sink finishes: what was written plus what was
+  // dropped is everything, and the drop is told in its own line.
+  std::string text;
+  std::thread reader([&] { text = read_all(fds[0]); });
+  sink.stop();
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  auto const lines = lines_of(text);
+  std::uint64_t written = 0;
+  std::uint64_t reported = 0;
+  for (auto const& l : lines) {
+    auto v = boost::json::parse(l).as_object();
+    if (v.contains("p")) {
+      ++written;
+    } else {
+      CHECK(v.at("event").as_string() == "log_lines_dropped");
+      reported += static_cast<std::uint64_t>(v.at("dropped").as_int64());
+    }
+  }
+  CHECK(written + stats.dropped == static_cast<std::uint64_t>(total));
+  CHECK(reported == stats.dropped);
+}
