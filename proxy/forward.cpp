@@ -9,8 +9,11 @@
 #include "proxy/respond.hpp"
 #include "proxy/worker.hpp"
 
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/write.hpp>
+
+#include <array>
 
 namespace idemgate::proxy {
 
@@ -23,7 +26,8 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 struct Exchange {
-  std::string method;
+  std::string_view method;   // static for known verbs, else in unknown_method
+  std::string unknown_method;
   const Target* target = nullptr;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   unsigned status = 0;
@@ -32,24 +36,39 @@ struct Exchange {
   bool reused = false;
   std::string reason_code;
 
+  // The path without its query: a query can carry secrets (tokens, keys).
   void log() const {
     if (!request_log_enabled()) return;
     auto const us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
-    boost::json::object o{{"method", method},
-                          {"host", target->host},
-                          {"port", target->port},
-                          {"status", status},
-                          {"bytes_in", bytes_in},
-                          {"bytes_out", bytes_out},
-                          {"duration_ms", us.count() / 1000},
-                          {"duration_us", us.count()},
-                          {"upstream_reused", reused}};
-    if (!reason_code.empty()) o["reason_code"] = reason_code;
-    log_event("request", std::move(o));
+    std::string_view const origin = target->origin_form;
+    LogLine line("request");
+    line.add("method", method)
+        .add("host", target->host)
+        .add("port", unsigned{target->port})
+        .add("path", origin.substr(0, origin.find('?')))
+        .add("status", status)
+        .add("bytes_in", bytes_in)
+        .add("bytes_out", bytes_out)
+        .add("duration_ms", std::int64_t{us.count() / 1000})
+        .add("duration_us", std::int64_t{us.count()})
+        .add("upstream_reused", reused);
+    if (!reason_code.empty()) line.add("reason_code", reason_code);
+    line.emit();
   }
 };
 
 bool is_timeout(const beast::error_code& ec) { return ec == beast::error::timeout; }
+
+// A rendered header and body bytes that are already buffered, in one
+// gathered write: a small message costs one system call and no pass through
+// the relay buffer.
+asio::awaitable<beast::error_code> write_whole(ProxyStream& out, const std::string& head, asio::const_buffer body,
+                                               std::chrono::milliseconds idle) {
+  std::array<asio::const_buffer, 2> const buffers{asio::buffer(head), body};
+  out.expires_after(idle);
+  auto [ec, n] = co_await asio::async_write(out, buffers, use_tuple);
+  co_return ec;
+}
 
 Problem body_too_large(const config::Config& cfg) {
   return Problem{413, "body_too_large", "Request body too large",
@@ -64,7 +83,12 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
                                                const config::Config& cfg, Worker& worker) {
   auto& req = parser.get();
   Exchange x;
-  x.method = std::string(req.method_string());
+  if (req.method() == http::verb::unknown) {
+    x.unknown_method = std::string(req.method_string());
+    x.method = x.unknown_method;
+  } else {
+    x.method = http::to_string(req.method());
+  }
   x.target = &target;
   unsigned const client_version = req.version();
   bool const client_wants_keep_alive = req.keep_alive();
@@ -123,9 +147,17 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
       sent_continue = true;
     }
 
-    http::serializer<true, http::buffer_body> sr{req};
-    auto sent = co_await relay_body(client, client_buffer, parser, up->stream, sr, timeouts.idle,
-                                    cfg.limits.request_body);
+    RelayResult sent;
+    if (has_body) {
+      http::serializer<true, http::buffer_body> sr{req};
+      sent = co_await relay_body(client, client_buffer, parser, up->stream, sr, timeouts.idle,
+                                 cfg.limits.request_body);
+    } else {
+      render_head(req, up->head);
+      asio::const_buffer const no_body;
+      sent.ec = co_await write_whole(up->stream, up->head, no_body, timeouts.idle);
+      if (sent.ec) sent.failure = RelayFailure::write;
+    }
     x.bytes_in = sent.body_bytes;
     if (sent.failure == RelayFailure::too_large) {
       Problem const p = body_too_large(cfg);
@@ -200,13 +232,32 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
   }
   res.keep_alive(client_keep_alive);
 
-  http::serializer<false, http::buffer_body> sr{res};
-  auto got = co_await relay_body(up->stream, up->buffer, *rp, client, sr, timeouts.idle, 0);
-  x.bytes_out = got.body_bytes;
-  if (got.failure != RelayFailure::none) {
-    x.reason_code = got.failure == RelayFailure::read ? "upstream_body_aborted" : "client_gone";
-    x.log();
-    co_return ForwardResult{false};
+  // Most answers are small and arrived whole with their header: they go out
+  // in one write. Others (chunked, long, delimited by EOF) are relayed.
+  auto const content_length = rp->content_length();
+  bool const arrived_whole =
+      rp->is_done() || (!upstream_chunked && content_length && *content_length <= up->buffer.size());
+  if (arrived_whole) {
+    std::size_t const body_bytes = rp->is_done() ? 0 : static_cast<std::size_t>(*content_length);
+    render_head(res, up->head);
+    asio::const_buffer const body(up->buffer.data().data(), body_bytes);
+    auto const ec = co_await write_whole(client, up->head, body, timeouts.idle);
+    if (ec) {
+      x.reason_code = "client_gone";
+      x.log();
+      co_return ForwardResult{false};
+    }
+    up->buffer.consume(body_bytes);
+    x.bytes_out = body_bytes;
+  } else {
+    http::serializer<false, http::buffer_body> sr{res};
+    auto got = co_await relay_body(up->stream, up->buffer, *rp, client, sr, timeouts.idle, 0);
+    x.bytes_out = got.body_bytes;
+    if (got.failure != RelayFailure::none) {
+      x.reason_code = got.failure == RelayFailure::read ? "upstream_body_aborted" : "client_gone";
+      x.log();
+      co_return ForwardResult{false};
+    }
   }
   ++up->requests;
   if (rp->keep_alive() && !rp->need_eof() && up->buffer.size() == 0 && !worker.draining()) {

@@ -5,6 +5,7 @@
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
+#include <boost/range/iterator_range.hpp>
 #include <boost/url/parse.hpp>
 
 #include <algorithm>
@@ -195,28 +196,43 @@ bool acceptable_request_transfer_encoding(const http::fields& f) {
   return ++it == tokens.end();
 }
 
-void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
-  // Headers named by Connection are hop-by-hop too.
-  std::vector<std::string> named;
-  for (auto const& field : f) {
-    if (field.name() != http::field::connection && field.name() != http::field::proxy_connection) continue;
-    for (auto token : http::token_list{field.value()}) named.emplace_back(token);
+namespace {
+
+bool is_hop_by_hop(http::field name) {
+  switch (name) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_authorization:
+    case http::field::proxy_connection:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::upgrade:
+    case http::field::transfer_encoding:
+      return true;
+    default:
+      return false;
   }
-  for (auto const& name : named) f.erase(name);
-  static constexpr std::array hop_by_hop{
-      http::field::connection,          http::field::keep_alive, http::field::proxy_authorization,
-      http::field::proxy_connection,    http::field::te,         http::field::trailer,
-      http::field::upgrade,             http::field::transfer_encoding,
+}
+
+}  // namespace
+
+void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
+  // Headers named by Connection are hop-by-hop too. One pass over the
+  // fields, not a lookup per name: this runs on every message.
+  std::vector<std::string> named;
+  for (auto const name : {http::field::connection, http::field::proxy_connection}) {
+    for (auto const& field : boost::make_iterator_range(f.equal_range(name)))
+      for (auto token : http::token_list{field.value()}) named.emplace_back(token);
+  }
+  auto const is_named = [&](std::string_view name) {
+    return std::any_of(named.begin(), named.end(), [&](const std::string& n) { return boost::beast::iequals(n, name); });
   };
-  for (auto name : hop_by_hop) f.erase(name);
-  if (strip_idemgate) {
-    for (auto it = f.begin(); it != f.end();) {
-      auto const name = it->name_string();
-      if (name.size() >= 9 && boost::beast::iequals(name.substr(0, 9), "idemgate-"))
-        it = f.erase(it);
-      else
-        ++it;
-    }
+  for (auto it = f.begin(); it != f.end();) {
+    auto const name = it->name_string();
+    bool const drop = is_hop_by_hop(it->name()) ||
+                      (strip_idemgate && name.size() >= 9 && boost::beast::iequals(name.substr(0, 9), "idemgate-")) ||
+                      (!named.empty() && is_named(name));
+    it = drop ? f.erase(it) : std::next(it);
   }
 }
 
@@ -231,6 +247,52 @@ void add_via(http::fields& f, unsigned version) {
     joined += hop;
     f.set(http::field::via, joined);
   }
+}
+
+namespace {
+
+void append_fields(const http::fields& f, std::string& out) {
+  for (auto const& field : f) {
+    out += field.name_string();
+    out += ": ";
+    out += field.value();
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+
+void append_version(unsigned version, std::string& out) {
+  out += "HTTP/";
+  out += static_cast<char>('0' + version / 10);
+  out += '.';
+  out += static_cast<char>('0' + version % 10);
+}
+
+}  // namespace
+
+void render_head(const http::request_header<>& h, std::string& out) {
+  out.clear();
+  out += h.method_string();
+  out += ' ';
+  out += h.target();
+  out += ' ';
+  append_version(h.version(), out);
+  out += "\r\n";
+  append_fields(h, out);
+}
+
+void render_head(const http::response_header<>& h, std::string& out) {
+  out.clear();
+  append_version(h.version(), out);
+  unsigned const code = h.result_int();
+  out += ' ';
+  out += static_cast<char>('0' + code / 100 % 10);
+  out += static_cast<char>('0' + code / 10 % 10);
+  out += static_cast<char>('0' + code % 10);
+  out += ' ';
+  out += h.reason();
+  out += "\r\n";
+  append_fields(h, out);
 }
 
 }  // namespace idemgate::proxy

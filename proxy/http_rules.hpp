@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/message.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -66,5 +67,11 @@ void strip_hop_by_hop(boost::beast::http::fields&, bool strip_idemgate);
 
 // Appends this hop to Via ("1.1 idemgate").
 void add_via(boost::beast::http::fields&, unsigned version);
+
+// The header exactly as Beast's serializer writes it (start line, each field
+// as "Name: value", CRLF), into out (cleared first): one contiguous buffer the
+// proxy sends with the body in one gathered write.
+void render_head(const boost::beast::http::request_header<>&, std::string& out);
+void render_head(const boost::beast::http::response_header<>&, std::string& out);
 
 }  // namespace idemgate::proxy

@@ -21,6 +21,7 @@ struct UpstreamConnection {
 
   ProxyStream stream;  // TLS for https:// upstreams
   boost::beast::flat_buffer buffer;
+  std::string head;  // a rendered request or answer header; its capacity is kept for the next one
   std::chrono::steady_clock::time_point idle_since{};
   std::uint64_t requests = 0;  // requests carried so far; > 0 means reused
 };

@@ -237,7 +237,7 @@ class DeadlineTest(unittest.TestCase):
     def test_request_log_line(self):
         with Upstream() as up, Proxy(BASE_CONFIG) as proxy:
             raw_exchange(proxy.port, b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
-                         % up.url("/echo").encode())
+                         % up.url("/echo?token=s3cret").encode())
             line = wait_until(lambda: [l for l in proxy.log_lines() if l.get("event") == "request"],
                               what="a request log line")[0]
             self.assertEqual(line["method"], "POST")
@@ -246,6 +246,9 @@ class DeadlineTest(unittest.TestCase):
             self.assertEqual(line["bytes_in"], 3)
             self.assertGreater(line["bytes_out"], 0)
             self.assertIn("duration_ms", line)
+            # The path, never the query (it can carry secrets).
+            self.assertEqual(line["path"], "/echo")
+            self.assertNotIn("s3cret", json.dumps(line))
 
 
 class DrainTest(unittest.TestCase):

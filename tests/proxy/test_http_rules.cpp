@@ -1,7 +1,14 @@
 // Sans-I/O checks of the proxy's HTTP/1.1 rules.
 #include "proxy/http_rules.hpp"
 
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
 #include <doctest/doctest.h>
+
+#include <sstream>
 
 using namespace idemgate::proxy;
 namespace http = boost::beast::http;
@@ -124,6 +131,76 @@ TEST_CASE("hop-by-hop headers and the headers Connection names are removed") {
   CHECK(f.count(http::field::connection) == 0);
   CHECK(f.count("Idemgate-Run") == 0);
   CHECK(f["X-Kept"] == "1");
+}
+
+TEST_CASE("hop-by-hop: every Connection header's names, any case, and repeated fields go") {
+  http::fields f;
+  f.insert(http::field::connection, "x-a");
+  f.insert(http::field::connection, "X-B");
+  f.insert("X-A", "1");
+  f.insert("x-b", "2");
+  f.insert("x-b", "3");
+  f.insert(http::field::transfer_encoding, "chunked");
+  f.insert("Idemgate-Key", "k");
+  f.insert("X-Kept", "1");
+  strip_hop_by_hop(f, false);
+  CHECK(f.count("X-A") == 0);
+  CHECK(f.count("X-B") == 0);
+  CHECK(f.count(http::field::transfer_encoding) == 0);
+  CHECK(f["Idemgate-Key"] == "k");  // kept unless strip_idemgate
+  CHECK(f["X-Kept"] == "1");
+}
+
+namespace {
+// What Beast's own serializer writes for m's header.
+template <bool isRequest>
+std::string beast_head(http::message<isRequest, http::string_body>& m) {
+  std::ostringstream out;
+  http::serializer<isRequest, http::string_body> sr{m};
+  sr.split(true);
+  boost::beast::error_code ec;
+  while (!sr.is_header_done()) {
+    sr.next(ec, [&](boost::beast::error_code&, auto const& buffers) {
+      auto const s = boost::beast::buffers_to_string(buffers);
+      out << s;
+      sr.consume(s.size());
+    });
+  }
+  return out.str();
+}
+}  // namespace
+
+TEST_CASE("render_head writes the header byte for byte as Beast's serializer") {
+  http::request<http::string_body> req{http::verb::get, "/a/b?c=d", 11};
+  req.set(http::field::host, "127.0.0.1:8080");
+  req.set("X-Custom", "v a l");
+  req.insert("X-Custom", "second");
+  std::string head;
+  render_head(req, head);
+  CHECK(head == beast_head(req));
+  CHECK(head.starts_with("GET /a/b?c=d HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"));
+
+  http::request<http::string_body> odd{http::verb::unknown, "/", 10};
+  odd.method_string("PURGE");
+  render_head(odd, head);
+  CHECK(head == beast_head(odd));
+  CHECK(head == "PURGE / HTTP/1.0\r\n\r\n");
+
+  http::response<http::string_body> res{http::status::created, 11};
+  res.set(http::field::content_length, "2");
+  res.set(http::field::via, "1.1 idemgate");
+  render_head(res, head);
+  CHECK(head == beast_head(res));
+  CHECK(head == "HTTP/1.1 201 Created\r\nContent-Length: 2\r\nVia: 1.1 idemgate\r\n\r\n");
+
+  res.result(299);  // no standard reason
+  res.reason("Fine");
+  render_head(res, head);
+  CHECK(head == beast_head(res));
+  res.reason("");
+  res.version(10);
+  render_head(res, head);
+  CHECK(head == beast_head(res));
 }
 
 TEST_CASE("Via gets this hop appended") {
