@@ -80,6 +80,31 @@ asio::awaitable<void> sweep_stale_attempts(ledger::Ledger& ledger, ConfigSource&
   }
 }
 
+// What the process did, in its last line (for operators and the benchmarks,
+// which read intents per commit from it).
+boost::json::object process_totals(const std::vector<std::unique_ptr<Worker>>& workers, const ledger::Ledger& ledger) {
+  std::uint64_t connections = 0, requests = 0, problems = 0, upstream_connects = 0;
+  for (auto const& w : workers) {
+    connections += w->stats().connections.load(std::memory_order_relaxed);
+    requests += w->stats().requests.load(std::memory_order_relaxed);
+    problems += w->stats().problems.load(std::memory_order_relaxed);
+    upstream_connects += w->stats().upstream_connects.load(std::memory_order_relaxed);
+  }
+  auto const& l = ledger.stats();
+  auto const log = log_stats();
+  return {{"connections", connections},
+          {"requests", requests},
+          {"problems", problems},
+          {"upstream_connects", upstream_connects},
+          {"ledger_calls", l.calls.load(std::memory_order_relaxed)},
+          {"ledger_commits", l.batches.load(std::memory_order_relaxed)},
+          {"ledger_calls_committed", l.batched_jobs.load(std::memory_order_relaxed)},
+          {"ledger_reserve_commits", l.reserve_batches.load(std::memory_order_relaxed)},
+          {"ledger_reservations", l.reservations.load(std::memory_order_relaxed)},
+          {"log_lines", log.lines},
+          {"log_lines_dropped", log.dropped}};
+}
+
 }  // namespace
 
 int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options) {
@@ -246,8 +271,9 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   admin.stop();
   // The ledger goes first: calls it still holds complete into io_contexts
   // that are stopped but alive, and are dropped with them.
+  boost::json::object totals = process_totals(workers, **ledger);
   ledger->reset();
-  log_event("stopped", {});
+  log_event("stopped", std::move(totals));
   return 0;
 }
 
