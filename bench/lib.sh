@@ -3,7 +3,8 @@
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# Debian packages only when something is missing.
+# Debian packages only when something is missing. Arguments are commands,
+# or COMMAND=PACKAGE when the package is named otherwise (gnuplot=gnuplot-nox).
 bench_install() {
   NGINX=$(command -v nginx || true)
   [ -z "$NGINX" ] && [ -x /usr/sbin/nginx ] && NGINX=/usr/sbin/nginx
@@ -11,7 +12,7 @@ bench_install() {
   [ -z "$NGINX" ] && missing+=(nginx)
   local tool
   for tool in "$@" python3 curl; do
-    command -v "$tool" >/dev/null || missing+=("$tool")
+    command -v "${tool%%=*}" >/dev/null || missing+=("${tool#*=}")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "bench: installing ${missing[*]}" >&2
