@@ -97,6 +97,39 @@ std::string state_cell(std::string_view state) {
   return "<span class=\"state-" + std::string(state) + "\">" + escape_html(state) + "</span>";
 }
 
+// The package as indented JSON for the page (Boost.JSON 1.81 has no pretty printer).
+void pretty(const json::value& v, std::string& out, std::size_t indent) {
+  if (v.is_object() && !v.get_object().empty()) {
+    out += "{\n";
+    bool first = true;
+    for (auto const& kv : v.get_object()) {
+      if (!first) out += ",\n";
+      first = false;
+      out.append(indent + 2, ' ');
+      out += json::serialize(json::value(kv.key()));
+      out += ": ";
+      pretty(kv.value(), out, indent + 2);
+    }
+    out += "\n";
+    out.append(indent, ' ');
+    out += "}";
+  } else if (v.is_array() && !v.get_array().empty()) {
+    out += "[\n";
+    bool first = true;
+    for (auto const& item : v.get_array()) {
+      if (!first) out += ",\n";
+      first = false;
+      out.append(indent + 2, ' ');
+      pretty(item, out, indent + 2);
+    }
+    out += "\n";
+    out.append(indent, ' ');
+    out += "]";
+  } else {
+    out += json::serialize(v);
+  }
+}
+
 std::string member(const json::value& package, std::string_view name) {
   if (!package.is_object()) return "";
   auto const* v = package.as_object().if_contains(name);
@@ -144,9 +177,10 @@ std::string bar_chart(std::string_view id, std::string_view caption, const std::
     max = std::max(max, sum);
   }
   if (max <= 0) max = 1;
-  int const width = 760, height = 260, left = 44, bottom = 56, top = 28;
+  // Category labels slant down to the right: the right margin keeps the last one in view.
+  int const width = 900, height = 270, left = 44, right = 150, bottom = 70, top = 28;
   int const plot_h = height - bottom - top;
-  double const slot = static_cast<double>(width - left - 8) / static_cast<double>(bars.size());
+  double const slot = static_cast<double>(width - left - right) / static_cast<double>(bars.size());
   double const bar_w = std::max(4.0, std::min(48.0, slot * 0.7));
   char buf[256];
   out += "<svg class=\"chart\" role=\"img\" width=\"" + std::to_string(width) + "\" height=\"" +
@@ -158,7 +192,7 @@ std::string bar_chart(std::string_view id, std::string_view caption, const std::
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e3e6eb\"/>"
                   "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#6b6f76\">%.0f</text>",
-                  left, y, width - 4, y, left - 6, y + 4, max * g / 4.0);
+                  left, y, width - right, y, left - 6, y + 4, max * g / 4.0);
     out += buf;
   }
   for (std::size_t i = 0; i < bars.size(); ++i) {
@@ -177,7 +211,7 @@ std::string bar_chart(std::string_view id, std::string_view caption, const std::
       out += "\"><title>" + escape_html(bars[i].label) + " / " + escape_html(s) + ": " +
              std::to_string(static_cast<long long>(v)) + "</title></rect>";
     }
-    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" transform=\"rotate(-35 %.1f %d)\" fill=\"#1d2330\">",
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"start\" transform=\"rotate(30 %.1f %d)\" fill=\"#1d2330\">",
                   x + bar_w / 2, height - bottom + 14, x + bar_w / 2, height - bottom + 14);
     out += buf;
     out += escape_html(bars[i].label.size() > 22 ? bars[i].label.substr(0, 21) + "…" : bars[i].label);
@@ -295,8 +329,10 @@ std::string render_escalation(const ledger::Escalation& e, const std::string& cs
                          "Complete: the intent is settled with this receipt and replays it. Continue?", csrf);
     body += "</div>";
   }
-  body += "<h2>Package</h2><pre id=\"package-json\">" +
-          escape_html(ec ? e.package_json : json::serialize(package)) + "</pre>";
+  std::string shown;
+  if (ec) shown = e.package_json;
+  else pretty(package, shown, 0);
+  body += "<h2>Package</h2><pre id=\"package-json\">" + escape_html(shown) + "</pre>";
   return layout("Escalation " + std::to_string(e.id), body);
 }
 
