@@ -76,6 +76,12 @@ struct Limits {
   std::uint64_t request_body = 0;  // 0: unlimited (streamed)
   std::uint32_t upstream_pool = 64;  // idle upstream connections kept per host:port per thread
   std::uint32_t max_connections = 100000;
+  // Body bytes of one guarded answer held in memory; the rest streams on
+  // to the client (and the stored copy is marked truncated).
+  std::uint64_t guarded_answer = 1024 * 1024;
+  // All guarded request bodies and answer buffers at once, process-wide;
+  // past it a new guarded call gets 503 overloaded before anything is sent.
+  std::uint64_t guarded_budget = 256ull * 1024 * 1024;
 };
 
 struct Redact {

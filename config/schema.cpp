@@ -170,6 +170,8 @@ const Fields<Limits>& limits_fields() {
       size_field("request_body", &Limits::request_body),
       integer_field("upstream_pool", &Limits::upstream_pool, 0, 1'000'000),
       integer_field("max_connections", &Limits::max_connections, 1, 10'000'000),
+      size_field("guarded_answer", &Limits::guarded_answer),
+      size_field("guarded_budget", &Limits::guarded_budget),
   };
   return fields;
 }

@@ -44,6 +44,7 @@ class Checker {
     check_ledger();
     check_tls();
     check_admin();
+    check_limits();
     std::map<std::string, std::size_t> route_by_prefix;
     for (std::size_t i = 0; i < config_.routes.size(); ++i) {
       check_route(i);
@@ -75,6 +76,15 @@ class Checker {
   template <class Check>
   void check_pattern_list(const std::string& path, const std::vector<std::string>& values, Check check) {
     for (const auto& value : values) check_pattern(path, value, check);
+  }
+
+  void check_limits() {
+    const auto& limits = config_.limits;
+    if (limits.guarded_answer < 1024) report("limits.guarded_answer", "must be at least 1KiB");
+    // A budget smaller than one call's worth would refuse every guarded call.
+    if (limits.guarded_budget < limits.inspect_body + limits.guarded_answer)
+      report("limits.guarded_budget", "must be at least limits.inspect_body + limits.guarded_answer (" +
+                                          std::to_string(limits.inspect_body + limits.guarded_answer) + " bytes)");
   }
 
   void check_ledger() {

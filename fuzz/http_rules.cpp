@@ -56,6 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto host = req[http::field::host];
     if (auto routed = route_target("/", "https://" + std::string(host) + "/v1/", target_text)) check_target(*routed);
   }
+  // An upstream's Keep-Alive header is read by the same rules.
+  if (auto const t = keep_alive_timeout(req[http::field::keep_alive]); t && t->count() <= 0) std::abort();
   strip_hop_by_hop(req, true);
   for (const auto& field : req) {
     const auto name = field.name_string();

@@ -144,6 +144,10 @@ std::string redact_request(const RequestSnapshot& request, const config::Redact&
 
 StoredResponse redact_response(StoredResponse response, const config::Redact& rules,
                                std::uint64_t cap) {
+  // Cut before it got here (longer than limits.guarded_answer), a JSON body
+  // does not parse, so redact.body could not reach into it: none is kept.
+  if (response.truncated && !rules.body.empty() && !is_form(header_value(response.headers, "Content-Type")))
+    response.body.clear();
   response.body =
       redact_body(response.body, header_value(response.headers, "Content-Type"), rules);
   response.headers = redact_headers(response.headers, rules);

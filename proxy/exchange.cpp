@@ -2,14 +2,18 @@
 #include "proxy/exchange.hpp"
 
 #include "proxy/connect.hpp"
+#include "proxy/relay.hpp"
 #include "proxy/worker.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+
+#include <algorithm>
 
 namespace idemgate::proxy {
 
@@ -18,29 +22,55 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using policy::TransportOutcome;
 
-asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& req, const config::Config& cfg,
-                                         Worker& worker, std::uint64_t response_limit) {
-  constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-  struct Timed {
-    ledger::LatencyHistogram& histogram;
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    ~Timed() { histogram.observe(std::chrono::steady_clock::now() - start); }
-  } timed{worker.stats().upstream_latency};
-  UpstreamAnswer answer;
-  std::string const pool_key = target.pool_key();
-  auto up = worker.pool().take(pool_key);
-  if (!up) {
-    auto outcome = co_await connect_upstream(target, cfg, worker);
-    if (!outcome.connection) {
-      answer.outcome = TransportOutcome::connect_failed;
-      answer.problem = std::move(outcome.problem);
-      co_return answer;
-    }
-    up = std::move(outcome.connection);
-  }
-  answer.reused_connection = up->requests > 0;
-  req.prepare_payload();
+struct AnswerTail {
+  std::unique_ptr<UpstreamConnection> up;
+  std::optional<http::response_parser<http::buffer_body>> parser;
+  std::string pool_key;
+};
 
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// What became of one send on one connection.
+enum class Sent {
+  answered,           // the connection is in the tail, or spent
+  answered_reusable,  // the whole answer read; the connection can carry another
+  stale,              // failed before any byte of the answer came back
+  failed,             // failed after the answer began, or timed out
+};
+
+void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
+  auto const timeout = keep_alive_timeout(answer[http::field::keep_alive]);
+  up.keep_alive_timeout = timeout ? std::chrono::steady_clock::duration(*timeout)
+                                  : std::chrono::steady_clock::duration::zero();
+}
+
+// Reads the answer's body into `body`, at most limit + 1 bytes (one more
+// than the limit tells "longer" from "exactly the limit" on chunked bodies).
+asio::awaitable<beast::error_code> read_body_prefix(UpstreamConnection& up, http::response_parser<http::buffer_body>& p,
+                                                    std::string& body, std::uint64_t limit) {
+  if (auto const length = p.content_length(); length && *length <= limit) body.reserve(static_cast<std::size_t>(*length));
+  while (!p.is_done() && body.size() <= limit) {
+    auto const old = body.size();
+    auto const room = static_cast<std::size_t>(std::min<std::uint64_t>(limit + 1 - old, 64 * 1024));
+    body.resize(old + room);
+    auto& buffer = p.get().body();
+    buffer.data = body.data() + old;
+    buffer.size = room;
+    auto [ec, n] = co_await http::async_read(up.stream, up.buffer, p, use_tuple);
+    body.resize(old + (room - buffer.size));
+    if (ec == http::error::need_buffer) ec = {};
+    // A TLS upstream closing without close_notify ends an EOF-delimited body.
+    if (ec == asio::ssl::error::stream_truncated && p.need_eof()) p.put_eof(ec);
+    if (ec) co_return ec;
+  }
+  co_return beast::error_code{};
+}
+
+asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const config::Config& cfg,
+                                const ExchangeOptions& options, std::unique_ptr<UpstreamConnection>& up,
+                                UpstreamAnswer& answer) {
   up->stream.expires_after(cfg.timeouts.idle);
   auto [wec, written] = co_await http::async_write(up->stream, req, use_tuple);
   if (wec) {
@@ -49,35 +79,130 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& re
                                                                : TransportOutcome::sent_no_answer;
     answer.problem = Problem{502, "upstream_write_failed", "Sending upstream failed",
                              "sending the request to " + target.host + " failed: " + wec.message()};
-    co_return answer;
+    co_return Sent::stale;
   }
 
+  auto tail = std::make_shared<AnswerTail>();
+  up->stream.expires_after(cfg.timeouts.upstream_response);
   for (;;) {
-    http::response_parser<http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
-    parser.body_limit(response_limit);
-    if (req.method() == http::verb::head) parser.skip(true);
-    up->stream.expires_after(cfg.timeouts.upstream_response);
-    auto [ec, n] = co_await http::async_read(up->stream, up->buffer, parser, use_tuple);
-    // A TLS upstream closing without close_notify ends an EOF-delimited body.
-    if (ec == asio::ssl::error::stream_truncated && parser.is_header_done() && parser.need_eof()) parser.put_eof(ec);
+    auto& p = tail->parser.emplace();
+    p.header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
+    p.body_limit(boost::none);  // the buffer is bounded by read_body_prefix; the rest streams
+    if (req.method() == http::verb::head) p.skip(true);
+    auto [hec, hn] = co_await http::async_read_header(up->stream, up->buffer, p, use_tuple);
+    beast::error_code ec = hec;
+    bool const nothing_back = !p.got_some() && up->buffer.size() == 0;
+    std::string body;
+    if (!ec) {
+      auto const code = p.get().result_int();
+      if (code >= 100 && code < 200 && code != 101) continue;
+      ec = co_await read_body_prefix(*up, p, body, options.answer_limit);
+    }
     if (ec) {
       answer.outcome = TransportOutcome::sent_no_answer;
       std::string const why = ec == beast::error::timeout ? "no complete answer within timeouts.upstream_response"
                                                           : "the connection broke before a complete answer: " +
                                                                 ec.message();
       answer.problem = Problem{504, "upstream_timeout", "No complete answer from upstream", why};
-      co_return answer;
+      co_return nothing_back && ec != beast::error::timeout ? Sent::stale : Sent::failed;
     }
-    auto const code = parser.get().result_int();
-    if (code >= 100 && code < 200 && code != 101) continue;
-    bool const reusable = parser.keep_alive() && !parser.need_eof() && up->buffer.size() == 0;
-    answer.response = parser.release();
+    bool const complete = p.is_done();
+    if (!complete && !options.stream_rest) {
+      answer.outcome = TransportOutcome::sent_no_answer;
+      answer.problem = Problem{502, "upstream_answer_too_large", "Upstream answer too large",
+                               "the answer from " + target.host + " is larger than limits.guarded_answer (" +
+                                   std::to_string(options.answer_limit) + " bytes)"};
+      co_return Sent::failed;
+    }
+    answer.response = StringResponse(p.get().base());
+    answer.response.body() = std::move(body);
     answer.outcome = TransportOutcome::answered;
     ++up->requests;
-    if (reusable && !worker.draining()) worker.pool().give_back(pool_key, std::move(up));
+    remember_keep_alive(*up, p.get());
+    if (!complete) {
+      tail->up = std::move(up);
+      tail->pool_key = target.pool_key();
+      answer.tail = std::move(tail);
+      co_return Sent::answered;
+    }
+    co_return p.keep_alive() && !p.need_eof() && up->buffer.size() == 0 ? Sent::answered_reusable : Sent::answered;
+  }
+}
+
+}  // namespace
+
+asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& req, const config::Config& cfg,
+                                         Worker& worker, const ExchangeOptions& options) {
+  struct Timed {
+    ledger::LatencyHistogram& histogram;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~Timed() { histogram.observe(std::chrono::steady_clock::now() - start); }
+  } timed{worker.stats().upstream_latency};
+  std::string const pool_key = target.pool_key();
+  req.prepare_payload();
+  auto up = worker.pool().take(pool_key, options.reuse);
+  for (int send = 0;; ++send) {
+    UpstreamAnswer answer;
+    answer.resent = send > 0;
+    if (!up) {
+      auto outcome = co_await connect_upstream(target, cfg, worker);
+      if (!outcome.connection) {
+        answer.outcome = TransportOutcome::connect_failed;
+        answer.problem = std::move(outcome.problem);
+        co_return answer;
+      }
+      up = std::move(outcome.connection);
+    }
+    answer.reused_connection = up->requests > 0;
+    auto const sent = co_await send_once(target, req, cfg, options, up, answer);
+    if (sent == Sent::stale && answer.reused_connection && options.resend_if_stale && send == 0) {
+      up.reset();
+      continue;
+    }
+    if (sent == Sent::answered_reusable && !worker.draining())
+      worker.pool().give_back(pool_key, std::move(up));
     co_return answer;
   }
+}
+
+asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, AnswerTail* tail,
+                                   const config::Config& cfg, Worker& worker) {
+  client.expires_after(cfg.timeouts.idle);
+  if (!tail) {
+    auto [ec, n] = co_await http::async_write(client, res, use_tuple);
+    co_return !ec && res.keep_alive();
+  }
+  // The parser's own message is the one serialized: relay_body refills its
+  // buffer_body from the upstream and writes it through sr.
+  auto& p = *tail->parser;
+  auto& out = p.get();
+  out.base() = res.base();
+  out.erase(http::field::content_length);
+  out.erase(http::field::transfer_encoding);
+  // The upstream's length when it gave one; else chunked, or for an
+  // HTTP/1.0 client the end of the connection.
+  if (auto const length = p.content_length()) {
+    out.content_length(*length);
+  } else if (res.version() >= 11) {
+    out.chunked(true);
+  } else {
+    out.keep_alive(false);
+  }
+  auto& prefix = res.body();
+  out.body().data = prefix.data();
+  out.body().size = prefix.size();
+  out.body().more = true;
+  http::serializer<false, http::buffer_body> sr{out};
+  auto [ec, n] = co_await http::async_write(client, sr, use_tuple);
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec) co_return false;
+  // relay_body fills the parser's buffer_body with its own buffer from here.
+  auto& up = *tail->up;
+  auto const relayed = co_await relay_body(up.stream, up.buffer, p, client, sr, cfg.timeouts.idle, 0);
+  if (relayed.failure != RelayFailure::none) co_return false;
+  if (p.keep_alive() && !p.need_eof() && up.buffer.size() == 0 && !worker.draining())
+    worker.pool().give_back(tail->pool_key, std::move(tail->up));
+  co_return out.keep_alive();
 }
 
 }  // namespace idemgate::proxy

@@ -1,17 +1,22 @@
 // A buffered request/answer exchange with an upstream, for guarded calls:
-// the whole (inspected) request goes out, the whole answer comes back, and
-// the transport outcome says whether the request may have left.
+// the whole (inspected) request goes out, the answer comes back into one
+// buffer of at most ExchangeOptions::answer_limit body bytes (the rest, if
+// any, is streamed on to the client by write_answer), and the transport
+// outcome says whether the request may have left.
 #pragma once
 
 #include "config/config.hpp"
 #include "policy/classify.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/problem.hpp"
+#include "proxy/stream.hpp"
+#include "proxy/upstream_pool.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <memory>
 #include <optional>
 
 namespace idemgate::proxy {
@@ -21,17 +26,42 @@ class Worker;
 using StringRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using StringResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
+// The unread rest of an answer larger than the buffer, with its connection.
+struct AnswerTail;
+
+struct ExchangeOptions {
+  std::uint64_t answer_limit = 1024 * 1024;  // body bytes buffered (limits.guarded_answer)
+  // Past answer_limit: keep the rest in UpstreamAnswer::tail for
+  // write_answer (else the exchange fails: a lookup needs the whole answer).
+  bool stream_rest = true;
+  Reuse reuse = Reuse::any;
+  // A reused connection that failed before any byte of the answer (the
+  // upstream closed it as the request went out): send once more on a fresh
+  // connection. Only where a duplicate cannot do harm: reads, and writes
+  // whose provider deduplicates on the key.
+  bool resend_if_stale = false;
+};
+
 struct UpstreamAnswer {
   policy::TransportOutcome outcome = policy::TransportOutcome::connect_failed;
-  StringResponse response;        // when outcome == answered
-  std::optional<Problem> problem;  // otherwise: what went wrong, for the agent
+  // When outcome == answered: the status, headers and the first body bytes
+  // (all of them unless tail is set).
+  StringResponse response;
+  std::shared_ptr<AnswerTail> tail;  // set when the body is longer than answer_limit
+  std::optional<Problem> problem;    // otherwise: what went wrong, for the agent
   bool reused_connection = false;
+  bool resent = false;  // the first send met a stale connection and was sent again
 };
 
 // Sends req (already in origin-form with Host set) to target and reads the
-// complete answer, bounded by the config's deadlines and by
-// response_limit bytes of body.
+// answer, bounded by the config's deadlines.
 boost::asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& req, const config::Config& cfg,
-                                                Worker& worker, std::uint64_t response_limit);
+                                                Worker& worker, const ExchangeOptions& options);
+
+// Writes res to the client, then the rest of the upstream body when tail is
+// set (res carries the first bytes; the framing is the upstream's length,
+// or chunked). Returns whether the client connection can carry another request.
+boost::asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, AnswerTail* tail,
+                                          const config::Config& cfg, Worker& worker);
 
 }  // namespace idemgate::proxy

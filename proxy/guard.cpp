@@ -10,6 +10,7 @@
 #include "policy/json_pointer.hpp"
 #include "policy/reason.hpp"
 #include "policy/reconcile.hpp"
+#include "proxy/body_budget.hpp"
 #include "proxy/exchange.hpp"
 #include "proxy/ids.hpp"
 #include "proxy/log.hpp"
@@ -213,6 +214,17 @@ public:
     missing_ = policy::missing_required(tool_, fp_.body ? &*fp_.body : nullptr);
     if (fp_.malformed) malformed_ = true;
     keep_alive_ = req_.keep_alive() && !worker_.draining();
+
+    // Before the ledger or the upstream hears of it: room for this body and
+    // one answer buffer in the process's budget, or 503 overloaded.
+    budget_ = guarded_body_budget().try_reserve(body_.size() + cfg_.limits.guarded_answer, cfg_.limits.guarded_budget);
+    if (!budget_) {
+      policy::Verdict v;
+      v.retry_after = std::chrono::seconds(1);
+      v.detail = "guarded bodies in memory would pass limits.guarded_budget (" +
+                 std::to_string(cfg_.limits.guarded_budget) + " bytes); nothing was sent";
+      co_return co_await answer_wait(503, "overloaded", "Too many guarded calls at once", v);
+    }
 
     if (!is_write_) co_return co_await run_read();
     co_return co_await run_write();
@@ -446,7 +458,7 @@ private:
   asio::awaitable<ForwardResult> send() {
     StringRequest out = upstream_request(req_, target_, body_);
     if (is_write_) out.set(tool_.idempotency.header, intent_.key);
-    auto answer = co_await exchange(target_, out, cfg_, worker_, 64ull * 1024 * 1024);
+    auto answer = co_await exchange(target_, out, cfg_, worker_, exchange_options());
     auto const now = SysClock::now();
     std::vector<policy::Header> hv;
     if (answer.outcome == policy::TransportOutcome::answered) hv = header_view(answer.response);
@@ -486,8 +498,10 @@ private:
     if (answer.outcome == policy::TransportOutcome::answered) {
       o.status = answer.response.result_int();
       o.receipt = receipt_from(tool_, answer.response.body());
+      // The buffer only: an answer longer than limits.guarded_answer is stored
+      // as its first bytes, marked truncated.
       ledger::StoredResponse stored{answer.response.result_int(), headers_of(answer.response), answer.response.body(),
-                                    false};
+                                    answer.tail != nullptr};
       o.response = std::move(stored);
     }
     if (o.state == ledger::IntentState::retryable) {
@@ -545,7 +559,7 @@ private:
     StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
                                          std::move(answer.response.body()), version_, keep_alive_);
     add_idemgate_headers(res);
-    co_return co_await write_response(res);
+    co_return co_await write_response(res, answer.tail.get());
   }
 
   asio::awaitable<ForwardResult> finish_read(UpstreamAnswer& answer, const policy::Classification& cls,
@@ -561,7 +575,18 @@ private:
     StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
                                          std::move(answer.response.body()), version_, keep_alive_);
     add_idemgate_headers(res);
-    co_return co_await write_response(res);
+    co_return co_await write_response(res, answer.tail.get());
+  }
+
+  // Writes go out on a fresh connection or one whose Keep-Alive timeout is
+  // far off, and are sent again after a stale one only when the provider
+  // deduplicates on the key; reads may always be sent again.
+  ExchangeOptions exchange_options() const {
+    ExchangeOptions o;
+    o.answer_limit = cfg_.limits.guarded_answer;
+    o.reuse = is_write_ ? Reuse::known_alive : Reuse::any;
+    o.resend_if_stale = !is_write_ || (tool_.idempotency.honoured && tool_.reconcile.mode == policy::ReconcileMode::same_key);
+    return o;
   }
 
   std::string read_key() const { return run_ + "\n" + tool_.name + "\n" + fp_.hex; }
@@ -610,7 +635,11 @@ private:
         if (f.name() == http::field::authorization || beast::iequals(f.name_string(), "x-api-key"))
           qr.set(f.name_string(), f.value());
       }
-      auto answer = co_await exchange(*qt, qr, cfg_, worker_, 8ull * 1024 * 1024);
+      ExchangeOptions lookup;
+      lookup.answer_limit = cfg_.limits.guarded_answer;
+      lookup.stream_rest = false;
+      lookup.resend_if_stale = true;  // a lookup changes nothing
+      auto answer = co_await exchange(*qt, qr, cfg_, worker_, lookup);
       if (answer.outcome == policy::TransportOutcome::answered) {
         int const status = answer.response.result_int();
         if (status / 100 == 2 && policy::query_found(q, answer.response.body())) {
@@ -804,11 +833,10 @@ private:
     for (auto const& h : f) res.set(h.name_string(), h.value());
   }
 
-  asio::awaitable<ForwardResult> write_response(StringResponse& res) {
-    client_.expires_after(cfg_.timeouts.idle);
-    auto [ec, n] = co_await http::async_write(client_, res, use_tuple);
+  asio::awaitable<ForwardResult> write_response(StringResponse& res, AnswerTail* tail = nullptr) {
+    bool const ok = co_await write_answer(client_, res, tail, cfg_, worker_);
     log_decision(res.result_int());
-    co_return ForwardResult{!ec && keep_alive_};
+    co_return ForwardResult{ok && keep_alive_};
   }
 
   void log_decision(unsigned status) {
@@ -858,6 +886,7 @@ private:
   bool have_intent_ = false;
   int attempt_ = 0;
   std::int64_t calls_used_ = 0;
+  std::optional<BodyBudget::Reservation> budget_;
   bool held_ = false;
   bool reconciling_ = false;
   std::string decision_ = "forwarded";
@@ -882,7 +911,9 @@ asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client,
   auto& req = parser.get();
   bool const keep_alive = req.keep_alive() && !worker.draining();
   StringRequest out = upstream_request(req, target, std::move(body));
-  auto answer = co_await exchange(target, out, cfg, worker, 64ull * 1024 * 1024);
+  ExchangeOptions options;
+  options.answer_limit = cfg.limits.guarded_answer;
+  auto answer = co_await exchange(target, out, cfg, worker, options);
   if (answer.outcome != policy::TransportOutcome::answered) {
     Problem const p = *answer.problem;
     co_await send_problem(client, p, req.version(), false, cfg.timeouts.client_header);
@@ -890,9 +921,8 @@ asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client,
   }
   StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
                                        std::move(answer.response.body()), req.version(), keep_alive);
-  client.expires_after(cfg.timeouts.idle);
-  auto [ec, n] = co_await http::async_write(client, res, use_tuple);
-  co_return ForwardResult{!ec && keep_alive};
+  bool const ok = co_await write_answer(client, res, answer.tail.get(), cfg, worker);
+  co_return ForwardResult{ok && keep_alive};
 }
 
 }  // namespace idemgate::proxy

@@ -236,6 +236,28 @@ void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
   }
 }
 
+std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view value) {
+  auto const trim = [](std::string_view t) {
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    return t;
+  };
+  while (!value.empty()) {
+    auto const comma = value.find(',');
+    auto const param = trim(value.substr(0, comma));
+    value = comma == std::string_view::npos ? std::string_view{} : value.substr(comma + 1);
+    auto const equals = param.find('=');
+    if (equals == std::string_view::npos || !boost::beast::iequals(trim(param.substr(0, equals)), "timeout")) continue;
+    auto number = trim(param.substr(equals + 1));
+    if (number.size() >= 2 && number.front() == '"' && number.back() == '"') number = number.substr(1, number.size() - 2);
+    unsigned seconds = 0;
+    auto const [end, ec] = std::from_chars(number.data(), number.data() + number.size(), seconds);
+    if (ec != std::errc{} || end != number.data() + number.size() || number.size() > 7 || seconds == 0) return std::nullopt;
+    return std::chrono::seconds(seconds);
+  }
+  return std::nullopt;
+}
+
 void add_via(http::fields& f, unsigned version) {
   std::string hop = std::to_string(version / 10) + "." + std::to_string(version % 10) + " idemgate";
   auto existing = f[http::field::via];

@@ -6,6 +6,7 @@
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -64,6 +65,11 @@ bool acceptable_request_transfer_encoding(const boost::beast::http::fields&);
 // Transfer-Encoding (framing is re-done by the serializer), plus Idemgate-*
 // request headers when strip_idemgate is set.
 void strip_hop_by_hop(boost::beast::http::fields&, bool strip_idemgate);
+
+// The idle timeout an upstream announces in Keep-Alive ("timeout=5, max=100"),
+// or nullopt when the header does not say (RFC 9112 appendix C.2.2 keeps
+// the header in use though it is not standard).
+std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view keep_alive_value);
 
 // Appends this hop to Via ("1.1 idemgate").
 void add_via(boost::beast::http::fields&, unsigned version);

@@ -27,21 +27,29 @@ bool still_usable(UpstreamConnection& c) {
 UpstreamPool::UpstreamPool(std::size_t max_idle_per_key, std::chrono::steady_clock::duration idle_ttl)
     : max_idle_per_key_(max_idle_per_key), idle_ttl_(idle_ttl) {}
 
-std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
+std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, Reuse reuse) {
   auto it = idle_.find(key);
   if (it == idle_.end()) return nullptr;
   auto& list = it->second;
   auto const now = std::chrono::steady_clock::now();
-  while (!list.empty()) {
-    auto c = std::move(list.back());
-    list.pop_back();
+  // Newest first: the most recently used connection is the likeliest alive.
+  for (auto i = list.size(); i-- > 0;) {
+    auto& c = list[i];
+    auto const idle_for = now - c->idle_since;
+    bool const trusted = reuse == Reuse::any ||
+                         (c->keep_alive_timeout > decltype(idle_for)::zero() && idle_for * 2 <= c->keep_alive_timeout);
+    if (!trusted && idle_for < idle_ttl_) {
+      ++stats_.passed_over;
+      continue;
+    }
+    auto taken = std::move(c);
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
     // A connection back in the pool less than a second ago is reused as is
     // (under load that is nearly every reuse, and the check is a syscall);
     // older ones are checked for an EOF the upstream sent while they idled.
-    auto const idle_for = now - c->idle_since;
-    if (idle_for < idle_ttl_ && (idle_for < std::chrono::seconds(1) || still_usable(*c))) {
+    if (trusted && idle_for < idle_ttl_ && (idle_for < std::chrono::seconds(1) || still_usable(*taken))) {
       ++stats_.reused;
-      return c;
+      return taken;
     }
     ++stats_.dropped_stale;
   }

@@ -24,20 +24,33 @@ struct UpstreamConnection {
   std::string head;  // a rendered request or answer header; its capacity is kept for the next one
   std::chrono::steady_clock::time_point idle_since{};
   std::uint64_t requests = 0;  // requests carried so far; > 0 means reused
+  // How long the upstream said it keeps the connection open while idle
+  // (Keep-Alive: timeout=N on its last answer); zero when it did not say.
+  std::chrono::steady_clock::duration keep_alive_timeout{};
+};
+
+// What a caller may be handed. A guarded write sent on a connection the
+// upstream is closing at that moment is an unknown outcome, so writes take
+// only a connection whose upstream-announced idle timeout is far off.
+enum class Reuse {
+  any,          // any connection that is still open
+  known_alive,  // idle for at most half its Keep-Alive timeout
 };
 
 struct UpstreamPoolStats {
   std::uint64_t reused = 0;
   std::uint64_t dropped_stale = 0;
   std::uint64_t dropped_full = 0;
+  std::uint64_t passed_over = 0;  // idle ones a known_alive take did not trust
 };
 
 class UpstreamPool {
 public:
   UpstreamPool(std::size_t max_idle_per_key, std::chrono::steady_clock::duration idle_ttl);
 
-  // An idle connection for key ("scheme://host:port"), or null.
-  std::unique_ptr<UpstreamConnection> take(const std::string& key);
+  // An idle connection for key ("scheme://host:port"), or null. Connections
+  // that do not qualify for `reuse` stay pooled for other callers.
+  std::unique_ptr<UpstreamConnection> take(const std::string& key, Reuse reuse = Reuse::any);
 
   // Keeps c for reuse unless the pool for key is full.
   void give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c);

@@ -7,22 +7,18 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BASE_CONFIG, Proxy  # noqa: E402
+from harness import BASE_CONFIG, SMALL_QUARANTINE_ENV, Proxy  # noqa: E402
 from upstream import Upstream  # noqa: E402
 
 MIB = 1024 * 1024
 SIZE = 256 * MIB
 # The proxy may grow by this much while 256 MiB pass through it.
 GROWTH_LIMIT_KIB = 64 * 1024
-# Under AddressSanitizer freed memory sits in a quarantine (256 MiB by
-# default) before reuse, which would read as growth: keep it small here.
-ASAN_ENV = {"ASAN_OPTIONS": (os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=4:"
-                             "thread_local_quarantine_size_kb=256").lstrip(":")}
 
 
 class LargeBodyTest(unittest.TestCase):
     def test_256_mib_upload_and_download_in_bounded_memory(self):
-        with Upstream() as up, Proxy(BASE_CONFIG, env=ASAN_ENV) as proxy:
+        with Upstream() as up, Proxy(BASE_CONFIG, env=SMALL_QUARANTINE_ENV) as proxy:
             conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=120)
             conn.request("GET", up.url("/echo"))
             conn.getresponse().read()

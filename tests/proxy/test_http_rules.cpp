@@ -240,3 +240,15 @@ TEST_CASE("gateway route: no match outside the prefix or in the query") {
   CHECK_FALSE(route_target("/stripe/", "https://api.stripe.com/", "/other?/stripe/"));
   CHECK_FALSE(route_target("/stripe/", "not a url", "/stripe/v1"));
 }
+
+TEST_CASE("Keep-Alive: the announced idle timeout, or nothing") {
+  CHECK(keep_alive_timeout("timeout=5, max=100") == std::chrono::seconds(5));
+  CHECK(keep_alive_timeout("max=100, Timeout = 30") == std::chrono::seconds(30));
+  CHECK(keep_alive_timeout("timeout=\"2\"") == std::chrono::seconds(2));
+  CHECK_FALSE(keep_alive_timeout(""));
+  CHECK_FALSE(keep_alive_timeout("max=100"));
+  CHECK_FALSE(keep_alive_timeout("timeout=0"));
+  CHECK_FALSE(keep_alive_timeout("timeout=-1"));
+  CHECK_FALSE(keep_alive_timeout("timeout=5s"));
+  CHECK_FALSE(keep_alive_timeout("timeout=99999999999"));
+}
