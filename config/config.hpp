@@ -67,6 +67,9 @@ struct Timeouts {
   Duration upstream_response = std::chrono::seconds(30);
   Duration idle = std::chrono::seconds(60);
   Duration drain = std::chrono::seconds(30);  // grace for in-flight requests on SIGTERM
+  // Part of an attempt's lease: how long recording its outcome may take
+  // after the answer (or its absence) is known.
+  Duration outcome_record = std::chrono::seconds(10);
 };
 
 struct Limits {

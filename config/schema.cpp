@@ -71,6 +71,7 @@ const Fields<ReconcileSpec>& reconcile_fields() {
       field("mode", &ReconcileSpec::mode),
       field("ttl", &ReconcileSpec::ttl),
       field("settle", &ReconcileSpec::settle),
+      field("inline", &ReconcileSpec::inline_budget),
       nested_field("query", &ReconcileSpec::query, reconcile_query_fields()),
   };
   return fields;
@@ -158,6 +159,7 @@ const Fields<Timeouts>& timeouts_fields() {
       field("upstream_response", &Timeouts::upstream_response),
       field("idle", &Timeouts::idle),
       field("drain", &Timeouts::drain),
+      field("outcome_record", &Timeouts::outcome_record),
   };
   return fields;
 }

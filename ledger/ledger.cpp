@@ -119,7 +119,9 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
   if (!stores) return stores.error();
   auto& first = *stores->front();
   if (auto version = first.migrate(); !version) return version.error();
-  if (auto recovered = first.recover_replica(replica_id); !recovered) return recovered.error();
+  // Only attempts whose lease has passed: a process still running (the old
+  // one of a rolling restart, another replica) keeps its live attempts.
+  if (auto recovered = first.recover_expired(); !recovered) return recovered.error();
   LedgerOptions options;
   options.replica_id = std::move(replica_id);
   options.queue_limit = static_cast<std::size_t>(std::max(1, config.queue_limit));
@@ -265,11 +267,11 @@ Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSna
       asio::use_awaitable);
 }
 
-Awaitable<AttemptStart> Ledger::begin_attempt(std::int64_t intent_id, int max_attempts) {
-  return call<AttemptStart>(intent_order(intent_id), [intent_id, max_attempts,
-                                                      replica = options_.replica_id](Store& s) {
-    return s.begin_attempt(intent_id, replica, max_attempts);
-  });
+Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {
+  return call<AttemptStart>(intent_order(request.intent_id),
+                            [request, replica = options_.replica_id](Store& s) {
+                              return s.begin_attempt(request, replica);
+                            });
 }
 
 Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {
@@ -392,8 +394,8 @@ Awaitable<Signals> Ledger::read_signals(TimePoint since) {
   return call<Signals>(unlocked, [since](Store& s) { return s.read_signals(since); });
 }
 
-Awaitable<int> Ledger::recover_stale(Millis lease) {
-  return call<int>(alone, [lease](Store& s) { return s.recover_stale(lease); });
+Awaitable<int> Ledger::recover_expired() {
+  return call<int>(alone, [](Store& s) { return s.recover_expired(); });
 }
 
 }  // namespace idemgate::ledger

@@ -81,8 +81,9 @@ struct LedgerStats {
 class Ledger {
  public:
   // Opens the backend named by config.url ("sqlite:PATH" or
-  // "postgresql://..."), applies migrations, recovers the attempts this
-  // replica left dispatched, and starts the workers. Fails (at start-up, not
+  // "postgresql://..."), applies migrations, turns attempts whose lease has
+  // passed into unknown (any process's; never a live one), and starts the
+  // workers. Fails (at start-up, not
   // on the request path) when the database is unreachable or newer.
   static Result<std::unique_ptr<Ledger>> open(const config::Ledger& config,
                                               const config::Redact& redact,
@@ -97,9 +98,9 @@ class Ledger {
 
   // SPEC section 2 step 7. The snapshot is redacted before it is stored.
   Awaitable<Reservation> reserve_intent(ReserveRequest request, RequestSnapshot snapshot);
-  // Steps 3-6: may this replica dispatch attempt n+1 now? max_attempts is the
-  // tool's bound + 1 (the first try).
-  Awaitable<AttemptStart> begin_attempt(std::int64_t intent_id, int max_attempts);
+  // Steps 3-6: may this process dispatch attempt n+1 now, given the state the
+  // verdict was made from? (Store::begin_attempt: compare-and-set, leased.)
+  Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
   // The response is redacted and capped at response_cap before it is stored.
   Awaitable<Intent> record_outcome(Outcome outcome);
   // The attempt was sent and no complete answer came.
@@ -139,9 +140,9 @@ class Ledger {
   using EscalationObserver = std::function<void(std::int64_t id, const EscalationRequest&)>;
   void observe_escalations(EscalationObserver observer) { escalation_observer_ = std::move(observer); }
 
-  // Another replica died: its attempts begun longer than `lease` ago become
-  // unknown. Returns how many intents were recovered.
-  Awaitable<int> recover_stale(Millis lease);
+  // Attempts whose lease has passed (their process died or lost the answer)
+  // become unknown. Returns how many intents were recovered.
+  Awaitable<int> recover_expired();
 
   const LedgerStats& stats() const noexcept { return stats_; }
   // Calls waiting for a worker now (a gauge for /metrics).

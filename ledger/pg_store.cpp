@@ -30,10 +30,10 @@ constexpr std::string_view intent_columns =
     "receipt, response_status, response_headers, response_body, response_truncated::int, "
     "request_snapshot, window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
-    ", " IDEMGATE_MS("retry_not_before");
+    ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived";
 constexpr std::string_view escalation_columns =
     "id, run_id, intent_id, reason_code, package, state, receipt, note, "
-    IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at");
+    IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";
 #undef IDEMGATE_MS
 
 class PgRow final : public RowView {
@@ -437,26 +437,29 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
   return std::move(*batch);
 }
 
-Result<AttemptStart> PgStore::begin_attempt(std::int64_t intent_id, const std::string& replica,
-                                            int max_attempts) {
+Result<AttemptStart> PgStore::begin_attempt(const AttemptRequest& r, const std::string& replica) {
   return transact([&](pqxx::dbtransaction& w) {
-    auto id = std::to_string(intent_id);
+    auto id = std::to_string(r.intent_id);
+    auto lease = "now() + " + q_millis(r.lease);
     // Compare-and-set: concurrent callers (any replica) serialise on the row
-    // lock and re-check the guard, so one of them moves it to dispatched.
+    // lock and re-check the guard against what their verdict was made from,
+    // so one of them moves it to dispatched and the others decide again.
     auto changed = w.exec(
-        "UPDATE intents SET state = 'dispatched', attempts = attempts + 1, updated_at = now() "
-        "WHERE id = " + id + " AND attempts < " + std::to_string(max_attempts) +
+        "UPDATE intents SET state = 'dispatched', attempts = attempts + 1, updated_at = now(), "
+        "lease_until = " + lease + " WHERE id = " + id + " AND state = " + q(w, to_string(r.expected_state)) +
+        " AND attempts = " + std::to_string(r.expected_attempts) +
+        " AND attempts - waived < " + std::to_string(r.max_attempts) +
         " AND (retry_not_before IS NULL OR retry_not_before <= now()) AND " +
         sql_state_guard(dispatchable_states()) + " RETURNING attempts");
     if (changed.empty()) {
-      auto intent = load_intent(w, intent_id);
-      auto why = refusal_reason(intent, max_attempts);
+      auto intent = load_intent(w, r.intent_id);
+      auto why = refusal_reason(intent, r);
       return AttemptStart{why, 0, std::move(intent)};
     }
     int number = changed[0][0].as<int>();
-    w.exec("INSERT INTO attempts (intent_id, number, replica_id, state) VALUES (" + id + ", " +
-           std::to_string(number) + ", " + q(w, replica) + ", 'dispatched')");
-    return AttemptStart{AttemptOutcome::started, number, load_intent(w, intent_id)};
+    w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) VALUES (" + id + ", " +
+           std::to_string(number) + ", " + q(w, replica) + ", 'dispatched', " + lease + ")");
+    return AttemptStart{AttemptOutcome::started, number, load_intent(w, r.intent_id)};
   });
 }
 
@@ -469,8 +472,9 @@ Result<Intent> PgStore::record_outcome(const Outcome& o) {
     std::string text = "UPDATE intents SET state = " + state +
                        ", answer_class = " + q(w, o.answer_class) + ", status = " + q(w, status) +
                        ", updated_at = now(), unknown_since = CASE WHEN " + state +
-                       " = 'unknown' THEN now() ELSE NULL END, retry_not_before = " +
-                       (o.retry_after ? "now() + " + q_millis(*o.retry_after) : "NULL");
+                       " = 'unknown' THEN coalesce(unknown_since, now()) ELSE NULL END, retry_not_before = " +
+                       (o.retry_after ? "now() + " + q_millis(*o.retry_after) : "NULL") +
+                       ", lease_until = NULL, waived = waived + " + (o.waive ? "1" : "0");
     if (!o.receipt.empty()) text += ", receipt = " + q(w, o.receipt);
     if (o.response)
       text += ", response_status = " + std::to_string(o.response->status) +
@@ -491,7 +495,12 @@ Result<Intent> PgStore::record_outcome(const Outcome& o) {
              ", answer_class = " + q(w, o.answer_class) + ", status = " + q(w, status) +
              ", receipt = " + q(w, o.receipt) + ", finished_at = now() WHERE intent_id = " +
              std::to_string(o.intent_id) + " AND number = " + std::to_string(o.attempt) +
-             " AND state = 'dispatched'");
+             " AND state IN ('dispatched', 'unknown')");
+    if (o.state != IntentState::unknown)
+      w.exec("UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = " + q(w, o.receipt) +
+             ", note = " + q(w, "settled by reconciliation: " + o.answer_class) +
+             ", resolved_at = now() WHERE intent_id = " + std::to_string(o.intent_id) +
+             " AND state = 'open' AND reason_code IN ('money_unknown', 'tool_outcome_unknown')");
     return load_intent(w, o.intent_id);
   });
 }
@@ -604,7 +613,9 @@ Result<std::int64_t> PgStore::persist_escalation(const EscalationRequest& r) {
     return w
         .exec("INSERT INTO escalations (run_id, intent_id, reason_code, package) VALUES (" +
               q(w, r.run) + ", " + q(w, r.intent_id) + ", " + q(w, r.reason_code) + ", " +
-              q(w, r.package_json) + ") RETURNING id")[0][0]
+              q(w, r.package_json) +
+              ") ON CONFLICT (intent_id, reason_code) WHERE state = 'open' AND intent_id IS NOT NULL "
+              "DO UPDATE SET package = EXCLUDED.package RETURNING id")[0][0]
         .as<std::int64_t>();
   });
 }
@@ -633,8 +644,8 @@ Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
                                                        : EscalationState::completed;
     auto changed = w.exec("UPDATE escalations SET state = " + q(w, to_string(target)) +
                           ", receipt = " + q(w, r.receipt) + ", note = " + q(w, r.note) +
-                          ", resolved_at = now() WHERE id = " + std::to_string(r.escalation_id) +
-                          " AND state = 'open'")
+                          ", resolved_at = now(), resolved_by = 'operator' WHERE id = " +
+                          std::to_string(r.escalation_id) + " AND state = 'open'")
                        .affected_rows();
     auto escalation = load_escalation(w, r.escalation_id);
     if (changed == 0) throw Abort{errc::illegal_transition};
@@ -665,23 +676,6 @@ Result<void> PgStore::record_refusal(std::int64_t intent_id, const std::string& 
   });
 }
 
-namespace {
-
-// Attempts matching `filter` still dispatched become unknown, and so do their
-// intents (only the intent's current attempt can hold it dispatched).
-int recover_where(pqxx::dbtransaction& w, const std::string& filter) {
-  auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
-                        "unknown_since = now(), updated_at = now() WHERE state = 'dispatched' "
-                        "AND id IN (SELECT intent_id FROM attempts a WHERE a.state = "
-                        "'dispatched' AND a.number = intents.attempts AND " + filter + ")")
-                     .affected_rows();
-  w.exec("UPDATE attempts SET state = 'unknown', recovered = true, finished_at = now() "
-         "WHERE state = 'dispatched' AND " + filter);
-  return static_cast<int>(intents);
-}
-
-}  // namespace
-
 Result<Signals> PgStore::read_signals(TimePoint since) {
   return transact([&](pqxx::dbtransaction& w) {
     auto const from = "to_timestamp(" + std::to_string(since.time_since_epoch().count()) + " / 1000.0)";
@@ -707,13 +701,16 @@ Result<Signals> PgStore::read_signals(TimePoint since) {
   });
 }
 
-Result<int> PgStore::recover_replica(const std::string& replica) {
-  return transact([&](pqxx::dbtransaction& w) { return recover_where(w, "replica_id = " + q(w, replica)); });
-}
-
-Result<int> PgStore::recover_stale(Millis lease) {
-  return transact(
-      [&](pqxx::dbtransaction& w) { return recover_where(w, "started_at < now() - " + q_millis(lease)); });
+Result<int> PgStore::recover_expired() {
+  return transact([&](pqxx::dbtransaction& w) {
+    auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
+                          "unknown_since = coalesce(unknown_since, now()), updated_at = now(), "
+                          "lease_until = NULL WHERE state = 'dispatched' AND lease_until < now()")
+                       .affected_rows();
+    w.exec("UPDATE attempts SET state = 'unknown', recovered = true, finished_at = now() "
+           "WHERE state = 'dispatched' AND lease_until < now()");
+    return static_cast<int>(intents);
+  });
 }
 
 }  // namespace idemgate::ledger

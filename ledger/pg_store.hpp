@@ -23,8 +23,7 @@ class PgStore final : public Store {
   Result<int> migrate() override;
   boost::system::error_code batch(const std::function<void()>& body) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
-  Result<AttemptStart> begin_attempt(std::int64_t intent_id, const std::string& replica,
-                                     int max_attempts) override;
+  Result<AttemptStart> begin_attempt(const AttemptRequest& request, const std::string& replica) override;
   Result<Intent> record_outcome(const Outcome&) override;
   Result<Intent> find_intent(std::int64_t intent_id) override;
   Result<Intent> find_intent_by_key(const std::string& key) override;
@@ -44,8 +43,7 @@ class PgStore final : public Store {
   Result<Escalation> resolve_escalation(const ResolveRequest&) override;
   Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) override;
   Result<Signals> read_signals(TimePoint since) override;
-  Result<int> recover_replica(const std::string& replica) override;
-  Result<int> recover_stale(Millis lease) override;
+  Result<int> recover_expired() override;
 
  private:
   // Runs body(pqxx::dbtransaction&) in one transaction, or in a savepoint of the open

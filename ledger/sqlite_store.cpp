@@ -23,10 +23,11 @@ constexpr std::string_view intent_columns =
     "id, run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, status, "
     "receipt, response_status, response_headers, response_body, response_truncated, "
     "request_snapshot, window_ms, unknown_ttl_ms, recovered, created_at, updated_at, "
-    "window_until, unknown_since, retry_not_before";
+    "window_until, unknown_since, retry_not_before, lease_until, waived";
 
 constexpr std::string_view escalation_columns =
-    "id, run_id, intent_id, reason_code, package, state, receipt, note, created_at, resolved_at";
+    "id, run_id, intent_id, reason_code, package, state, receipt, note, created_at, resolved_at, "
+    "resolved_by";
 
 boost::system::error_code map_sqlite(int code) {
   switch (code) {
@@ -271,31 +272,36 @@ std::vector<Result<Reservation>> SqliteStore::reserve_intents(
   return std::move(*batch);
 }
 
-Result<AttemptStart> SqliteStore::begin_attempt(std::int64_t intent_id, const std::string& replica,
-                                                int max_attempts) {
+Result<AttemptStart> SqliteStore::begin_attempt(const AttemptRequest& r, const std::string& replica) {
   return transact(Lock::write, [&] {
     auto now = now_epoch_ms();
+    auto lease_until = now + r.lease.count();
     int changed =
         Statement(db_, sql("UPDATE intents SET state = 'dispatched', attempts = attempts + 1, "
-                           "updated_at = ?1 WHERE id = ?2 AND attempts < ?3 AND "
+                           "lease_until = ?4, updated_at = ?1 WHERE id = ?2 AND state = ?5 AND "
+                           "attempts = ?6 AND attempts - waived < ?3 AND "
                            "(retry_not_before IS NULL OR retry_not_before <= ?1) AND ",
                            sql_state_guard(dispatchable_states())))
             .bind(1, now)
-            .bind(2, intent_id)
-            .bind(3, std::int64_t{max_attempts})
+            .bind(2, r.intent_id)
+            .bind(3, std::int64_t{r.max_attempts})
+            .bind(4, lease_until)
+            .bind(5, to_string(r.expected_state))
+            .bind(6, std::int64_t{r.expected_attempts})
             .run();
     if (changed == 0) {
-      auto intent = load_intent(intent_id);
-      auto why = refusal_reason(intent, max_attempts);
+      auto intent = load_intent(r.intent_id);
+      auto why = refusal_reason(intent, r);
       return AttemptStart{why, 0, std::move(intent)};
     }
-    auto intent = load_intent(intent_id);
-    Statement(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, started_at) "
-                   "VALUES (?, ?, ?, 'dispatched', ?)")
-        .bind(1, intent_id)
+    auto intent = load_intent(r.intent_id);
+    Statement(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
+                   "VALUES (?, ?, ?, 'dispatched', ?, ?)")
+        .bind(1, r.intent_id)
         .bind(2, std::int64_t{intent.attempts})
         .bind(3, replica)
         .bind(4, now)
+        .bind(5, lease_until)
         .run();
     return AttemptStart{AttemptOutcome::started, intent.attempts, std::move(intent)};
   });
@@ -309,8 +315,8 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
     std::string text =
         "UPDATE intents SET state = ?1, answer_class = ?2, status = ?3, "
         "receipt = CASE WHEN ?4 = '' THEN receipt ELSE ?4 END, updated_at = ?5, "
-        "unknown_since = CASE WHEN ?1 = 'unknown' THEN ?5 ELSE NULL END, "
-        "retry_not_before = ?6";
+        "unknown_since = CASE WHEN ?1 = 'unknown' THEN coalesce(unknown_since, ?5) ELSE NULL END, "
+        "retry_not_before = ?6, lease_until = NULL, waived = waived + ?13";
     if (o.response)
       text += ", response_status = ?7, response_headers = ?8, response_body = ?9, "
               "response_truncated = ?10";
@@ -330,13 +336,14 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
     }
     update.bind(11, o.intent_id);
     if (with_attempt) update.bind(12, std::int64_t{o.attempt});
+    update.bind(13, std::int64_t{o.waive ? 1 : 0});
     if (update.run() == 0) {
       load_intent(o.intent_id);  // not_found when there is no such intent
       throw Abort{errc::illegal_transition};
     }
     if (with_attempt)
       Statement(db_, "UPDATE attempts SET state = ?, answer_class = ?, status = ?, receipt = ?, "
-                     "finished_at = ? WHERE intent_id = ? AND number = ? AND state = 'dispatched'")
+                     "finished_at = ? WHERE intent_id = ? AND number = ? AND state IN ('dispatched', 'unknown')")
           .bind(1, to_string(o.state == IntentState::unknown ? AttemptState::unknown
                                                              : AttemptState::answered))
           .bind(2, o.answer_class)
@@ -346,6 +353,7 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
           .bind(6, o.intent_id)
           .bind(7, std::int64_t{o.attempt})
           .run();
+    if (o.state != IntentState::unknown) settle_unknown_escalations(o.intent_id, o.answer_class, o.receipt, now);
     return load_intent(o.intent_id);
   });
 }
@@ -477,7 +485,9 @@ Result<Run> SqliteStore::set_run_state(const std::string& run, RunState state,
 Result<std::int64_t> SqliteStore::persist_escalation(const EscalationRequest& r) {
   return transact(Lock::write, [&] {
     Statement s(db_, "INSERT INTO escalations (run_id, intent_id, reason_code, package, created_at) "
-                     "VALUES (?, ?, ?, ?, ?) RETURNING id");
+                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (intent_id, reason_code) "
+                     "WHERE state = 'open' AND intent_id IS NOT NULL "
+                     "DO UPDATE SET package = excluded.package RETURNING id");
     s.bind(1, r.run).bind(2, r.intent_id).bind(3, r.reason_code).bind(4, r.package_json);
     s.bind(5, now_epoch_ms());
     s.step();
@@ -485,6 +495,18 @@ Result<std::int64_t> SqliteStore::persist_escalation(const EscalationRequest& r)
     s.run();
     return id;
   });
+}
+
+void SqliteStore::settle_unknown_escalations(std::int64_t intent_id, const std::string& answer_class,
+                                             const std::string& receipt, std::int64_t now) {
+  Statement(db_, "UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = ?1, "
+                 "note = 'settled by reconciliation: ' || ?2, resolved_at = ?3 WHERE intent_id = ?4 "
+                 "AND state = 'open' AND reason_code IN ('money_unknown', 'tool_outcome_unknown')")
+      .bind(1, receipt)
+      .bind(2, answer_class)
+      .bind(3, now)
+      .bind(4, intent_id)
+      .run();
 }
 
 Escalation SqliteStore::load_escalation(std::int64_t id) {
@@ -517,7 +539,7 @@ Result<Escalation> SqliteStore::resolve_escalation(const ResolveRequest& r) {
                   : r.resolution == Resolution::deny   ? EscalationState::denied
                                                        : EscalationState::completed;
     int changed = Statement(db_, "UPDATE escalations SET state = ?, receipt = ?, note = ?, "
-                                 "resolved_at = ? WHERE id = ? AND state = 'open'")
+                                 "resolved_at = ?, resolved_by = 'operator' WHERE id = ? AND state = 'open'")
                       .bind(1, to_string(target))
                       .bind(2, r.receipt)
                       .bind(3, r.note)
@@ -559,27 +581,6 @@ Result<void> SqliteStore::record_refusal(std::int64_t intent_id, const std::stri
   });
 }
 
-int SqliteStore::recover_where(const std::string& attempt_filter, const std::string& bound) {
-  auto now = now_epoch_ms();
-  // The intent's current attempt is the one in flight; only it can make the
-  // intent dispatched.
-  int intents = Statement(db_, sql("UPDATE intents SET state = 'unknown', recovered = 1, "
-                                   "unknown_since = ?1, updated_at = ?1 WHERE state = 'dispatched' "
-                                   "AND id IN (SELECT intent_id FROM attempts a WHERE "
-                                   "a.state = 'dispatched' AND a.number = intents.attempts AND ",
-                                   attempt_filter, ")"))
-                    .bind(1, now)
-                    .bind(2, bound)
-                    .run();
-  Statement(db_, sql("UPDATE attempts SET state = 'unknown', recovered = 1, finished_at = ?1 "
-                     "WHERE state = 'dispatched' AND ",
-                     attempt_filter))
-      .bind(1, now)
-      .bind(2, bound)
-      .run();
-  return intents;
-}
-
 Result<Signals> SqliteStore::read_signals(TimePoint since) {
   return transact(Lock::read, [&] {
     // The views' hours are "YYYY-MM-DDTHH:00:00Z" text: compared as text.
@@ -614,13 +615,19 @@ Result<Signals> SqliteStore::read_signals(TimePoint since) {
   });
 }
 
-Result<int> SqliteStore::recover_replica(const std::string& replica) {
-  return transact(Lock::write, [&] { return recover_where("replica_id = ?2", replica); });
-}
-
-Result<int> SqliteStore::recover_stale(Millis lease) {
+Result<int> SqliteStore::recover_expired() {
   return transact(Lock::write, [&] {
-    return recover_where("started_at < ?2", std::to_string(now_epoch_ms() - lease.count()));
+    auto now = now_epoch_ms();
+    int intents = Statement(db_, "UPDATE intents SET state = 'unknown', recovered = 1, "
+                                 "unknown_since = coalesce(unknown_since, ?1), updated_at = ?1, "
+                                 "lease_until = NULL WHERE state = 'dispatched' AND lease_until < ?1")
+                      .bind(1, now)
+                      .run();
+    Statement(db_, "UPDATE attempts SET state = 'unknown', recovered = 1, finished_at = ?1 "
+                   "WHERE state = 'dispatched' AND lease_until < ?1")
+        .bind(1, now)
+        .run();
+    return intents;
   });
 }
 

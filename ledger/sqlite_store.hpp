@@ -22,8 +22,7 @@ class SqliteStore final : public Store {
   // BEGIN IMMEDIATE ... SAVEPOINT/RELEASE (ROLLBACK TO) per method ... COMMIT.
   boost::system::error_code batch(const std::function<void()>& body) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
-  Result<AttemptStart> begin_attempt(std::int64_t intent_id, const std::string& replica,
-                                     int max_attempts) override;
+  Result<AttemptStart> begin_attempt(const AttemptRequest& request, const std::string& replica) override;
   Result<Intent> record_outcome(const Outcome&) override;
   Result<Intent> find_intent(std::int64_t intent_id) override;
   Result<Intent> find_intent_by_key(const std::string& key) override;
@@ -43,8 +42,7 @@ class SqliteStore final : public Store {
   Result<Escalation> resolve_escalation(const ResolveRequest&) override;
   Result<void> record_refusal(std::int64_t intent_id, const std::string& reason_code) override;
   Result<Signals> read_signals(TimePoint since) override;
-  Result<int> recover_replica(const std::string& replica) override;
-  Result<int> recover_stale(Millis lease) override;
+  Result<int> recover_expired() override;
 
  private:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
@@ -60,7 +58,9 @@ class SqliteStore final : public Store {
   std::optional<Run> load_run(const std::string& run);
   Escalation load_escalation(std::int64_t id);
   Reservation reserve_one(const ReserveRequest&, std::int64_t now);
-  int recover_where(const std::string& attempt_filter, const std::string& bound);
+  // The open unknown escalations of an intent its answer settled.
+  void settle_unknown_escalations(std::int64_t intent_id, const std::string& answer_class,
+                                  const std::string& receipt, std::int64_t now);
 
   sqlite3* db_;
   bool in_batch_ = false;

@@ -48,17 +48,20 @@ class Store {
       std::span<const ReserveRequest> requests) = 0;
 
   // Compare-and-set: moves the intent to dispatched and records attempt
-  // number attempts+1 for `replica` only if no attempt is in flight, the
-  // intent is not settled, attempts < max_attempts and any Retry-After has
-  // passed. Otherwise says why not (AttemptOutcome) without writing.
-  virtual Result<AttemptStart> begin_attempt(std::int64_t intent_id,
-                                             const std::string& replica,
-                                             int max_attempts) = 0;
+  // number attempts+1 for `replica`, owned until now + request.lease, only
+  // if the intent is still in expected_state with expected_attempts (what
+  // the verdict was made from), that state is dispatchable, attempts_spent()
+  // < max_attempts and any Retry-After has passed. Otherwise says why not
+  // (AttemptOutcome; changed: decide again) without writing.
+  virtual Result<AttemptStart> begin_attempt(const AttemptRequest& request,
+                                             const std::string& replica) = 0;
 
   // Settles an attempt (or an intent without one, see Outcome). Rejected with
   // errc::illegal_transition when the intent is not in a state the move may
-  // start from (completed never goes back, a late answer after recovery is
-  // refused).
+  // start from (completed never goes back; the answer of an attempt is
+  // refused once another attempt began). Settling an intent as completed,
+  // denied or retryable also settles its open money_unknown /
+  // tool_outcome_unknown escalations (state completed, resolved_by idemgate).
   virtual Result<Intent> record_outcome(const Outcome& outcome) = 0;
 
   virtual Result<Intent> find_intent(std::int64_t intent_id) = 0;
@@ -91,6 +94,9 @@ class Store {
   virtual Result<Run> set_run_state(const std::string& run, RunState state,
                                     const std::string& reason) = 0;
 
+  // One open escalation per intent and reason: a second package for the
+  // same (intent, reason) while one is open replaces its package and returns
+  // its id.
   virtual Result<std::int64_t> persist_escalation(const EscalationRequest& request) = 0;
   virtual Result<Escalation> find_escalation(std::int64_t id) = 0;
   // Newest first; nullopt: every state.
@@ -107,11 +113,11 @@ class Store {
   // The dashboard views: hourly series from `since` on, the rest whole.
   virtual Result<Signals> read_signals(TimePoint since) = 0;
 
-  // Crash recovery: attempts of `replica` still dispatched become unknown
-  // (recovered). Returns how many intents were recovered.
-  virtual Result<int> recover_replica(const std::string& replica) = 0;
-  // The same for any replica's attempts begun longer than `lease` ago.
-  virtual Result<int> recover_stale(Millis lease) = 0;
+  // Crash recovery: attempts still dispatched whose lease has passed, begun
+  // by any process, become unknown (recovered). A live lease is never
+  // touched: its process may still be waiting for the answer. Returns how
+  // many intents were recovered.
+  virtual Result<int> recover_expired() = 0;
 };
 
 }  // namespace idemgate::ledger

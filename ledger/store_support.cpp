@@ -50,6 +50,8 @@ Intent read_intent(const RowView& s) {
   i.window_until = from_epoch_ms(s.int64(21));
   if (auto v = s.optional_int64(22)) i.unknown_since = from_epoch_ms(*v);
   if (auto v = s.optional_int64(23)) i.retry_not_before = from_epoch_ms(*v);
+  if (auto v = s.optional_int64(24)) i.lease_until = from_epoch_ms(*v);
+  i.waived = static_cast<int>(s.int64(25));
   return i;
 }
 
@@ -65,17 +67,20 @@ Escalation read_escalation(const RowView& s) {
   e.note = s.text(7);
   e.created_at = from_epoch_ms(s.int64(8));
   if (auto v = s.optional_int64(9)) e.resolved_at = from_epoch_ms(*v);
+  e.resolved_by = s.text(10);
   return e;
 }
 
-AttemptOutcome refusal_reason(const Intent& intent, int max_attempts) {
+AttemptOutcome refusal_reason(const Intent& intent, const AttemptRequest& request) {
+  if (intent.state != request.expected_state || intent.attempts != request.expected_attempts)
+    return AttemptOutcome::changed;
   switch (intent.state) {
     case IntentState::dispatched: return AttemptOutcome::in_flight;
     case IntentState::completed: return AttemptOutcome::completed;
     case IntentState::denied: return AttemptOutcome::denied;
     default: break;
   }
-  if (intent.attempts >= max_attempts) return AttemptOutcome::exhausted;
+  if (intent.attempts_spent() >= request.max_attempts) return AttemptOutcome::exhausted;
   return AttemptOutcome::not_yet;  // the only guard left is retry_not_before
 }
 

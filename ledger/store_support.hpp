@@ -37,10 +37,10 @@ class RowView {
 // attempts, status, receipt, response_status, response_headers,
 // response_body, response_truncated, request_snapshot, window_ms,
 // unknown_ttl_ms, recovered, created_at, updated_at, window_until,
-// unknown_since, retry_not_before
+// unknown_since, retry_not_before, lease_until, waived
 Intent read_intent(const RowView& row);
 // id, run_id, intent_id, reason_code, package, state, receipt, note,
-// created_at, resolved_at
+// created_at, resolved_at, resolved_by
 Escalation read_escalation(const RowView& row);
 
 // Headers as a JSON array of [name, value] pairs.
@@ -54,8 +54,8 @@ inline std::int64_t now_epoch_ms() {
 }
 
 // Why begin_attempt's compare-and-set did not start an attempt, from the row
-// as it is now.
-AttemptOutcome refusal_reason(const Intent& intent, int max_attempts);
+// as it is now: changed when it is not what the verdict was made from.
+AttemptOutcome refusal_reason(const Intent& intent, const AttemptRequest& request);
 
 // Why set_run_state may move from `from` to `to`.
 bool run_transition_allowed(RunState from, RunState to);

@@ -16,7 +16,7 @@ std::vector<IntentState> settle_sources(IntentState target, bool with_attempt) {
       case S::completed:
       case S::denied:
       case S::retryable:
-      case S::unknown: return {S::dispatched};
+      case S::unknown: return {S::dispatched, S::unknown};  // late answer: see types.hpp
       default: return {};
     }
   }

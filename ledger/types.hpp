@@ -23,6 +23,8 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 //   dispatched -> completed | denied | retryable | unknown (the attempt's outcome)
 //   retryable  -> dispatched | denied
 //   unknown    -> dispatched (reconcile by re-sending the same key)
+//              | completed | denied | retryable | unknown (the late answer of
+//                the attempt whose lease ran out, while no other began)
 //              | completed (reconciled by query, or a human with a receipt)
 //              | denied (a human decided)
 //   completed, denied: terminal.
@@ -63,7 +65,8 @@ struct Intent {
   std::string key;          // the idempotency key sent upstream, never changes
   IntentState state = IntentState::reserved;
   std::string answer_class; // policy::AnswerClass name of the last answer; "" before one
-  int attempts = 0;         // attempts begun so far
+  int attempts = 0;         // attempts begun so far (attempt numbers are 1..attempts)
+  int waived = 0;           // of those, answered "key in use" while reconciling: not counted against the bound
   std::optional<int> status;
   std::string receipt;      // the provider's id for the effect, "" when none
   std::optional<StoredResponse> response;
@@ -76,6 +79,12 @@ struct Intent {
   TimePoint window_until;
   std::optional<TimePoint> unknown_since;
   std::optional<TimePoint> retry_not_before;
+  // dispatched: until when the process that began the attempt owns it (its
+  // own connect + response deadlines and the time to record the outcome).
+  std::optional<TimePoint> lease_until;
+
+  // Attempts that count against retry.bound.
+  int attempts_spent() const noexcept { return attempts - waived; }
 };
 
 struct ReserveRequest {
@@ -103,11 +112,22 @@ struct Reservation {
 
 enum class AttemptOutcome {
   started,    // this caller may dispatch attempt `attempt` now
+  changed,    // the intent is no longer in the state the verdict was made from: decide again
   in_flight,  // another attempt is dispatched (any replica): 409 Retry-After
   completed,  // replay intent.response
   denied,     // refuse, never re-send
   exhausted,  // attempts reached max_attempts
   not_yet     // retryable but intent.retry_not_before is in the future
+};
+
+// begin_attempt's compare-and-set: the state and attempt count the verdict
+// was made from, and how long this process owns the attempt it begins.
+struct AttemptRequest {
+  std::int64_t intent_id = 0;
+  IntentState expected_state = IntentState::reserved;
+  int expected_attempts = 0;
+  int max_attempts = 1;  // the tool's bound + 1, counted in attempts_spent()
+  Millis lease{0};
 };
 
 struct AttemptStart {
@@ -127,6 +147,9 @@ struct Outcome {
   std::string receipt;
   std::optional<StoredResponse> response;
   std::optional<Millis> retry_after;  // retryable: earliest next attempt
+  // The provider said "this key is in use" to a re-send while reconciling:
+  // the attempt does not count against the bound.
+  bool waive = false;
 };
 
 enum class CallKind { read, write };
@@ -162,6 +185,9 @@ struct Escalation {
   EscalationState state = EscalationState::open;
   std::string receipt;
   std::string note;
+  // completed by "operator", or by "idemgate" when reconciliation settled the
+  // intent; "" while open.
+  std::string resolved_by;
   TimePoint created_at;
   std::optional<TimePoint> resolved_at;
 };

@@ -124,10 +124,10 @@ Classification classify(const Answer& answer, const Tool& tool, system_clock::ti
   }
 
   if (const auto header = find_header(answer.headers, "Retry-After")) {
-    if ((result.retry_after = parse_retry_after(*header, now)) && *result.retry_after > tool.retry.max_retry_after) {
-      result.retry_after = tool.retry.max_retry_after;
+    // Never cut short: a wait past max_retry_after is answered to the agent
+    // in full (decide()), not held and not shortened.
+    if ((result.retry_after = parse_retry_after(*header, now)) && *result.retry_after > tool.retry.max_retry_after)
       result.retry_after_capped = true;
-    }
   }
   const auto status_class = class_of_status(answer.status, result.retry_after.has_value());
 

@@ -50,9 +50,9 @@ struct Classification {
   AnswerClass answer_class = AnswerClass::unclassified;
   bool should_retry = false;
   // From Retry-After (seconds or HTTP-date, a date in the past is zero),
-  // capped at the tool's retry.max_retry_after.
+  // whole: a wait past retry.max_retry_after is never cut short.
   std::optional<Duration> retry_after;
-  bool retry_after_capped = false;  // the provider asked for longer than the cap
+  bool retry_after_capped = false;  // the provider asked for longer than max_retry_after
   std::string_view reason;          // which step decided, for logs: "status table", "tool classify rule", ...
 };
 

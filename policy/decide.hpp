@@ -20,15 +20,24 @@
 //      frozen run                         -> refuse run_frozen
 //      denied(class)                      -> refuse reason_for_denied(class)
 //      unknown, past reconcile.ttl or mode none, or re-sent past the bound
-//                                         -> refuse money_unknown / tool_outcome_unknown
+//                                         -> refuse money_unknown / tool_outcome_unknown (422)
 //      unknown, same_key                  -> reconcile(same_key): re-send the key
-//      unknown, query                     -> reconcile(query), then after_query()
-//      in flight                          -> 409 with Retry-After
+//      unknown, query, not yet asked      -> reconcile(query): look it up
+//      unknown, query, not found for settle -> dispatch(retry) with the same key
+//      unknown, reconciled earlier in this request and still unknown
+//                                         -> hold (back off, then decide again) while
+//                                            reconcile.inline lasts, else wait 409 reconciling
+//      in flight (a live lease, any process) -> hold (poll) while reconcile.inline
+//                                            lasts, else wait 409 in_flight
 //      retryable, attempts past the bound -> refuse tool_retry_exhausted
-//      retryable, Retry-After not over    -> hold(until) or 429 (retry.retry_after)
+//      retryable, Retry-After past max_retry_after -> wait 429 retry_after with the
+//                                            full time left (never held, never cut short)
+//      retryable, Retry-After not over    -> hold(until) or wait 429 (retry.retry_after)
 //      retryable                          -> dispatch(retry) with the same key
+//      none, the run failed validation on two payloads -> refuse validation_repeated
 //      none                               -> dispatch(new): reserve, then send
-//   Every dispatch first checks the run's budget -> refuse budget_exhausted.
+//   Every dispatch or reconcile first checks the run's budget -> refuse budget_exhausted.
+//   A hold always ends in a new decision from a fresh read of the ledger.
 #pragma once
 
 #include "policy/reason.hpp"
@@ -67,6 +76,7 @@ struct IntentView {
   int attempts = 0;                           // dispatches so far (the first try counts)
   Clock::time_point unknown_since{};          // unknown: when the outcome became unknown
   std::optional<Clock::time_point> retry_not_before{};  // retryable: now + Retry-After when it came
+  std::optional<Clock::time_point> lease_until{};       // in_flight: when the dispatching process's lease ends
   bool approved = false;                      // an operator approved this intent (pending_approval tools)
 };
 
@@ -85,6 +95,9 @@ struct AgentKeyFacts {
   bool fingerprint_bound_to_other_key = false;  // this payload was first sent (in the window) with another key
 };
 
+// The result of a reconcile query (reconcile.mode query).
+enum class QueryOutcome { found, not_found, failed };
+
 struct DecisionInput {
   IntentView intent;
   RunView run;
@@ -95,17 +108,31 @@ struct DecisionInput {
   Duration in_flight_retry_after = std::chrono::seconds(1);
   // What a refused ledger_unavailable tells the agent to wait.
   Duration ledger_retry_after = std::chrono::seconds(1);
+  // What is left of reconcile.inline in this request: while it lasts an
+  // unknown or in-flight intent is waited on here instead of answered.
+  Duration inline_left = Duration::zero();
+  // Reconciliation rounds (re-sends, lookups, polls) this request already
+  // made, and when the last one ended: the next waits a backoff after it.
+  int rounds = 0;
+  std::optional<Clock::time_point> last_round_end{};
+  // The lookup made in this request since the ledger was last read (query mode).
+  std::optional<QueryOutcome> query{};
+  // Intents of this run and tool that ended in validation, this one aside
+  // (only gathered for a new intent of a run that failed validation before).
+  int validation_failures = 0;
 };
 
 enum class VerdictKind {
-  dispatch,       // send upstream (dispatch_kind, key)
-  replay,         // answer with the stored response, Idempotent-Replayed: true
-  reconcile,      // settle an unknown outcome first (reconcile_mode, key)
-  hold,           // wait until hold_until, then dispatch(retry, key)
-  reject_429,     // answer 429 with Retry-After: retry_after (retry.retry_after: reject)
-  refuse,         // problem+json: reason, http_status, terminal, retry_after if set
-  in_flight_409,  // answer 409 with Retry-After: retry_after
+  dispatch,   // send upstream (dispatch_kind, key)
+  replay,     // answer with the stored response, Idempotent-Replayed: true
+  reconcile,  // settle an unknown outcome first (reconcile_mode, key)
+  hold,       // wait here until hold_until, then read the ledger and decide again
+  wait,       // answer 409 / 429 with Retry-After: retry_after (wait_reason): retrying is safe
+  refuse,     // problem+json: reason, http_status, terminal, retry_after if set
 };
+
+// Why the agent is told to come back (the wait answer's reason_code).
+enum class WaitReason { in_flight, reconciling, retry_after };
 
 enum class DispatchKind { new_intent, retry };
 
@@ -118,9 +145,10 @@ struct Verdict {
   std::string key;
   ReconcileMode reconcile_mode = ReconcileMode::same_key;
   std::optional<Clock::time_point> hold_until;
-  std::optional<Duration> retry_after;  // reject_429, in_flight_409, refuse (retry_after_s)
+  std::optional<Duration> retry_after;  // wait, refuse (retry_after_s)
+  WaitReason wait_reason = WaitReason::in_flight;  // wait
   ReasonCode reason = ReasonCode::unclassified_fail_closed;  // refuse
-  int http_status = 0;                  // refuse, reject_429, in_flight_409
+  int http_status = 0;                  // refuse, wait
   Terminal terminal = Terminal::escalate;  // refuse
   std::string detail;                   // one sentence for the problem detail / log line
 };
@@ -129,21 +157,11 @@ struct Verdict {
 // (empty when absent); it is only read to fill Verdict::key on a new dispatch.
 Verdict decide(const Tool& tool, const DecisionInput& input, std::string_view agent_key = {});
 
-// The result of a reconcile query (reconcile.mode query).
-enum class QueryOutcome { found, not_found, failed };
-
-// After reconcile(query):
-//   past reconcile.ttl since the outcome became unknown -> refuse
-//     money_unknown / tool_outcome_unknown;
-//   found -> replay (the caller first records the found answer as the completion);
-//   not_found for at least reconcile.settle since `not_found_since`
-//     -> dispatch(retry) with the same key (the provider never saw it);
-//   not found for less than settle, or the query failed -> in_flight_409 with
-//     retry_after = what is left of settle: the outcome is still settling and
-//     nothing may be sent meanwhile.
-Verdict after_query(const Tool& tool, const IntentView& intent, QueryOutcome outcome,
-                    Clock::time_point not_found_since, Clock::time_point now);
+// How long to back off before reconciliation round `rounds` + 1 of one
+// request: 250 ms, doubling, at most 2 s.
+Duration reconcile_backoff(int rounds) noexcept;
 
 std::string_view to_string(VerdictKind) noexcept;
+std::string_view to_string(WaitReason) noexcept;
 
 }  // namespace idemgate::policy

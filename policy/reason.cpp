@@ -13,7 +13,7 @@ struct ReasonInfo {
 };
 
 // Indexed by ReasonCode.
-constexpr std::array<ReasonInfo, 17> reasons{{
+constexpr std::array<ReasonInfo, 19> reasons{{
     {"tool_auth_error", 403, "The tool's credentials were rejected (401). Rotate or fix them, then unfreeze the run."},
     {"tool_forbidden", 403, "The credentials lack permission or scope for this call (403). Grant it or change the task?"},
     {"policy_deny", 403, "Policy denies this tool. Is this work out of the job's contract?"},
@@ -29,7 +29,9 @@ constexpr std::array<ReasonInfo, 17> reasons{{
     {"run_frozen", 403, "Write tools of this run are frozen after an auth failure. Fix the credentials and unfreeze the run."},
     {"run_killed", 403, "The run was killed by an operator. No further calls are allowed."},
     {"ledger_unavailable", 503, "The ledger cannot be written, so nothing was sent. Is the database up?"},
+    {"overloaded", 503, "idemgate holds as many guarded answers in memory as its budget allows, so nothing was sent. Raise limits or add capacity?"},
     {"egress_denied", 403, "The destination is not in egress.allow_hosts or resolves to a forbidden address. Should it be allowed?"},
+    {"intercept_required", 403, "This host has tools but TLS interception is off (tls.intercept), so its calls cannot be guarded. Turn interception on?"},
     {"unclassified_fail_closed", 422, "The provider's answer fits no known class. What does it mean for this tool?"},
 }};
 
@@ -53,7 +55,8 @@ Terminal terminal_of(ReasonCode code) noexcept {
   switch (code) {
     case ReasonCode::run_killed:
     case ReasonCode::policy_deny:
-    case ReasonCode::egress_denied: return Terminal::abort;
+    case ReasonCode::egress_denied:
+    case ReasonCode::intercept_required: return Terminal::abort;
     default: return Terminal::escalate;
   }
 }

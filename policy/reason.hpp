@@ -25,7 +25,9 @@ enum class ReasonCode {
   run_frozen,
   run_killed,
   ledger_unavailable,
+  overloaded,
   egress_denied,
+  intercept_required,
   unclassified_fail_closed,
 };
 

@@ -103,6 +103,9 @@ struct ReconcileSpec {
   ReconcileMode mode = ReconcileMode::same_key;
   Duration ttl = std::chrono::minutes(15);
   Duration settle = std::chrono::seconds(30);
+  // How long idemgate reconciles inside the agent's request (re-send the
+  // key, or look it up) before answering "still reconciling"; 0: never.
+  Duration inline_budget = std::chrono::seconds(10);
   ReconcileQuery query;
 };
 

@@ -55,6 +55,7 @@ json::object to_json(const ledger::Intent& i) {
                  {"state", ledger::to_string(i.state)},
                  {"class", i.answer_class},
                  {"attempts", i.attempts},
+                 {"waived", i.waived},
                  {"receipt", i.receipt},
                  {"recovered", i.recovered},
                  {"created_at_ms", millis(i.created_at)},
@@ -74,6 +75,7 @@ json::object to_json(const ledger::Escalation& e) {
                  {"state", ledger::to_string(e.state)},
                  {"receipt", e.receipt},
                  {"note", e.note},
+                 {"resolved_by", e.resolved_by},
                  {"created_at_ms", millis(e.created_at)},
                  {"package", ec ? json::value(e.package_json) : package}};
   if (e.intent_id) o["intent_id"] = *e.intent_id;

@@ -3,6 +3,7 @@
 
 #include "ledger/ledger.hpp"
 #include "proxy/admin_server.hpp"
+#include "proxy/ids.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/log.hpp"
 #include "proxy/worker.hpp"
@@ -36,13 +37,15 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// Which replica this process is, for crash recovery of its own attempts:
-// IDEMGATE_REPLICA_ID, else the host name.
+// Which process this is, recorded on every attempt it begins:
+// IDEMGATE_REPLICA_ID, else host, pid and a start nonce, so that two
+// processes (a rolling restart's old and new, two replicas on one host) never
+// share an identity. Attempts are owned by their lease, not by this id.
 std::string replica_id() {
   if (char const* id = std::getenv("IDEMGATE_REPLICA_ID"); id && *id) return id;
   char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0 && host[0]) return host;
-  return "replica";
+  std::string name = ::gethostname(host, sizeof host - 1) == 0 && host[0] ? host : "replica";
+  return name + "-" + std::to_string(::getpid()) + "-" + random_hex(4);
 }
 
 void write_port_file(const std::string& path, std::uint16_t port) {
@@ -62,21 +65,18 @@ std::string redacted_url(const std::string& url) {
   return url.substr(0, colon + 1) + "***" + url.substr(at);
 }
 
-// A replica that died mid-dispatch may never come back under the same id
-// (a new container, a new host name), so its attempts would stay dispatched
-// and every retry would get 409. Past the longest an attempt can take, any
-// replica's leftover becomes unknown and the next retry reconciles it.
-asio::awaitable<void> sweep_stale_attempts(ledger::Ledger& ledger, ConfigSource& source, const bool& draining) {
+// A process that died mid-dispatch (or lost the answer) leaves its attempt
+// dispatched; once the attempt's own lease (the dispatching process's
+// deadlines, recorded with it) has passed, it becomes unknown and the next
+// retry reconciles it. A live lease is never touched.
+asio::awaitable<void> sweep_expired_leases(ledger::Ledger& ledger, const bool& draining) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   for (;;) {
-    auto const& t = source.get()->timeouts;
-    ledger::Millis const lease = t.upstream_connect + t.idle + t.upstream_response + std::chrono::seconds(10);
-    timer.expires_after(std::clamp(lease / 4, ledger::Millis(1000), ledger::Millis(30000)));
+    timer.expires_after(std::chrono::seconds(1));
     auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec || draining) co_return;
-    auto recovered = co_await ledger.recover_stale(lease);
-    if (recovered && *recovered > 0)
-      log_event("recovered_stale_attempts", {{"intents", *recovered}, {"lease_ms", lease.count()}});
+    auto recovered = co_await ledger.recover_expired();
+    if (recovered && *recovered > 0) log_event("recovered_expired_attempts", {{"intents", *recovered}});
   }
 }
 
@@ -259,8 +259,8 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
     signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
-  asio::co_spawn(main_ioc, sweep_stale_attempts(**ledger, source, draining),
-                 [](std::exception_ptr e) { log_exception("sweep_stale_attempts", e); });
+  asio::co_spawn(main_ioc, sweep_expired_leases(**ledger, draining),
+                 [](std::exception_ptr e) { log_exception("sweep_expired_leases", e); });
   // Announced only now: a SIGHUP or SIGTERM sent as soon as the port is known
   // must find the handlers installed.
   admin.start();

@@ -64,7 +64,8 @@ def make_config(provider_port, ledger, ticket_reconcile="same_key", settle="1s",
     return ("listen: 127.0.0.1:0\nthreads: 2\n"
             "ledger: {{ url: \"{ledger}\" }}\n"
             "egress: {{ allow_hosts: [\"*\"], allow_loopback: true, allow_private: true }}\n"
-            "timeouts: {{ client_header: 5s, upstream_connect: 2s, upstream_response: {ur}, idle: 10s, drain: 5s }}\n"
+            "timeouts: {{ client_header: 5s, upstream_connect: 2s, upstream_response: {ur}, idle: 3s, drain: 5s, "
+            "outcome_record: 1s }}\n"
             "runs: {{ budget: {budget} }}\n").format(ledger=ledger, ur=upstream_response, budget=budget) + \
         TOOLS.format(port=provider_port, ticket_reconcile=ticket_reconcile, ticket_query=query)
 

@@ -17,7 +17,7 @@ class InspectLimitTest(Backends, unittest.TestCase):
         answer = self.call("POST", "/v1/charges", big)
         self.assertEqual(answer.status, 413)
         self.assertEqual(answer.header("content-type"), "application/problem+json")
-        self.assertEqual(answer.json()["reason_code"], "body_too_large")
+        self.assertEqual(answer.json()["reason_code"], "unclassified_fail_closed")
         self.assertEqual(self.provider.writes(), [])
 
     def test_malformed_json_is_fingerprinted_as_bytes(self):

@@ -1,8 +1,8 @@
 """Two replicas share one ledger. Replica A dies (SIGKILL) while its write
-is at the provider and never comes back; replica B answers the agent's
-retries with 409 while A's attempt could still be running, then, once the
-attempt's lease has passed, B's sweeper marks it unknown and the next retry
-reconciles with the same key: exactly one effect, one key."""
+is at the provider and never comes back; replica B waits while A's attempt
+could still be running (its lease), then, once the lease has passed, B's
+sweeper marks it unknown and B reconciles with the same key inside the
+agent's request: exactly one effect, one key."""
 import os
 import sys
 import time
@@ -22,9 +22,9 @@ class ReplicaCrashTest(unittest.TestCase):
         with Provider() as provider:
             a = Proxy("", env={"IDEMGATE_REPLICA_ID": "replica-a"})
             ledger = "sqlite:" + os.path.join(a.dir, "ledger.db")
-            # Short deadlines make the lease (connect + idle + response + 10 s) 13 s.
+            # Short deadlines make A's lease (connect + idle + response + outcome_record) 4 s.
             cfg = make_config(provider.port, ledger, upstream_response="1s") \
-                .replace("upstream_connect: 2s", "upstream_connect: 1s").replace("idle: 10s", "idle: 1s")
+                .replace("upstream_connect: 2s", "upstream_connect: 1s").replace("idle: 3s", "idle: 1s")
             with open(a.config_path, "w") as f:
                 f.write(cfg)
             a.start()
@@ -40,18 +40,18 @@ class ReplicaCrashTest(unittest.TestCase):
             a.proc.wait(10)
             provider.release()
 
-            first = call(b, "POST", provider.url("/v1/charges"), CHARGE, run=run)
-            self.assertEqual(first.status, 409, first.body)  # A's attempt may still be running
-            deadline = time.monotonic() + 60
-            answer = first
-            while answer.status == 409 and time.monotonic() < deadline:
-                time.sleep(0.5)  # polling interval of a deadline-bounded wait
-                answer = call(b, "POST", provider.url("/v1/charges"), CHARGE, run=run)
+            # B waits on A's attempt inside the request (reconcile.inline, 10 s)
+            # while A's lease (4 s) holds, then its sweeper marks the attempt
+            # unknown and B reconciles it with the same key.
+            answer = call(b, "POST", provider.url("/v1/charges"), CHARGE, run=run)
             self.assertEqual(answer.status, 200, answer.body)
             self.assertEqual(answer.header("idemgate-decision"), "reconciled")
+            writes = provider.writes()
+            self.assertEqual(len(writes), 2)
+            self.assertGreaterEqual(writes[1][0] - writes[0][0], 3.5, "B re-sent while A's lease held")
             self.assertEqual(len(provider.effects_snapshot()), 1)
             self.assertEqual(len(provider.keys_seen()), 1)
-            self.assertTrue(any(l.get("event") == "recovered_stale_attempts" for l in b.log_lines()))
+            self.assertTrue(any(l.get("event") == "recovered_expired_attempts" for l in b.log_lines()))
 
     @staticmethod
     def _swallow(fn, *args, **kwargs):

@@ -172,4 +172,16 @@ ReserveRequest reserve_request(const std::string& fingerprint, const std::string
   return r;
 }
 
+AttemptRequest attempt_now(Ledger& ledger, std::int64_t intent_id, int max_attempts, Millis lease) {
+  auto intent = run(ledger.find_intent(intent_id));
+  REQUIRE_MESSAGE(intent.has_value(), intent.error().message());
+  return AttemptRequest{intent_id, intent->state, intent->attempts, max_attempts, lease};
+}
+
+AttemptRequest attempt_now(Store& store, std::int64_t intent_id, int max_attempts, Millis lease) {
+  auto intent = store.find_intent(intent_id);
+  REQUIRE_MESSAGE(intent.has_value(), intent.error().message());
+  return AttemptRequest{intent_id, intent->state, intent->attempts, max_attempts, lease};
+}
+
 }  // namespace idemgate::ledger::test

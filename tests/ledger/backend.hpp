@@ -39,6 +39,13 @@ std::unique_ptr<Backend> postgresql_backend();
 std::unique_ptr<Ledger> open_ledger(Backend& backend, const std::string& replica = "replica-a",
                                     const config::Redact& redact = {});
 
+// A begin_attempt request made from the intent as the ledger holds it now
+// (what a verdict would be made from), owned for `lease`.
+AttemptRequest attempt_now(Ledger& ledger, std::int64_t intent_id, int max_attempts = 3,
+                           Millis lease = std::chrono::minutes(1));
+AttemptRequest attempt_now(Store& store, std::int64_t intent_id, int max_attempts = 3,
+                           Millis lease = std::chrono::minutes(1));
+
 // Runs one awaitable to completion on its own io_context.
 template <class T>
 T run(boost::asio::awaitable<T> operation) {

@@ -51,8 +51,8 @@ LEDGER_CONFORMANCE(batch_isolates_failures,
     a = reserve(*store, "fp-a");
     b = reserve(*store, "fp-b");
     c = reserve(*store, "fp-c");
-    REQUIRE(store->begin_attempt(a, "replica-a", 3).has_value());
-    REQUIRE(store->begin_attempt(b, "replica-a", 3).has_value());
+    REQUIRE(store->begin_attempt(attempt_now(*store, a), "replica-a").has_value());
+    REQUIRE(store->begin_attempt(attempt_now(*store, b), "replica-a").has_value());
     REQUIRE(store->record_outcome(completed(b, 1)).has_value());
     // An open escalation on b (completed): denying it writes the escalation,
     // then fails to settle the completed intent (illegal_transition).
@@ -94,7 +94,7 @@ LEDGER_CONFORMANCE(batch_isolates_failures,
       good.intent_id = a;
       kept = store->persist_escalation(good);
       counted = store->count_intents("run-1", "stripe.create_charge", "ok", 0);
-      begin_c = store->begin_attempt(c, "replica-a", 3);
+      begin_c = store->begin_attempt(AttemptRequest{c, IntentState::reserved, 0, 3, std::chrono::minutes(1)}, "replica-a");
     });
     REQUIRE_MESSAGE(!failed, failed.message());
     REQUIRE(charge.has_value());
@@ -140,8 +140,8 @@ TEST_CASE("postgresql: a connection lost mid-batch fails the whole batch with un
   auto store = open_store(*backend);
   auto a = reserve(*store, "fp-a");
   auto b = reserve(*store, "fp-b");
-  REQUIRE(store->begin_attempt(a, "replica-a", 3).has_value());
-  REQUIRE(store->begin_attempt(b, "replica-a", 3).has_value());
+  REQUIRE(store->begin_attempt(attempt_now(*store, a), "replica-a").has_value());
+  REQUIRE(store->begin_attempt(attempt_now(*store, b), "replica-a").has_value());
 
   Result<Intent> first = boost::system::error_code(errc::invalid_argument);
   Result<Intent> second = first, third = first;
@@ -193,7 +193,7 @@ boost::asio::awaitable<Flow> guarded_write(Ledger& ledger, std::string fp, std::
   flow.reservation = co_await ledger.reserve_intent(std::move(request), std::move(snapshot));
   if (!flow.reservation) co_return flow;
   auto id = flow.reservation->intent.id;
-  flow.attempt = co_await ledger.begin_attempt(id, 3);
+  flow.attempt = co_await ledger.begin_attempt(AttemptRequest{id, IntentState::reserved, 0, 3, std::chrono::minutes(1)});
   if (!flow.attempt || flow.attempt->outcome != AttemptOutcome::started) co_return flow;
   auto outcome = completed(id, flow.attempt->attempt);
   flow.outcome = co_await ledger.record_outcome(std::move(outcome));
@@ -245,9 +245,11 @@ Tally run_flows(Ledger& ledger, int own, int shared, const std::string& tag) {
       REQUIRE(flow.outcome.has_value());
       CHECK(flow.outcome->has_value());
     } else {
-      // The winner's attempt is in flight, or already settled.
-      CHECK((flow.attempt->outcome == AttemptOutcome::in_flight ||
-             flow.attempt->outcome == AttemptOutcome::completed));
+      // Decided from "reserved": the winner's attempt moved it (in flight,
+      // or already settled), so this caller decides again.
+      CHECK(flow.attempt->outcome == AttemptOutcome::changed);
+      CHECK((flow.attempt->intent.state == IntentState::dispatched ||
+             flow.attempt->intent.state == IntentState::completed));
     }
   }
   return tally;

@@ -77,8 +77,8 @@ class GatedStore final : public Store {
     enter("count_call " + run);
     return RunCharge{};
   }
-  Result<AttemptStart> begin_attempt(std::int64_t id, const std::string&, int) override {
-    enter("begin_attempt " + std::to_string(id));
+  Result<AttemptStart> begin_attempt(const AttemptRequest& r, const std::string&) override {
+    enter("begin_attempt " + std::to_string(r.intent_id));
     return AttemptStart{};
   }
   Result<Intent> record_outcome(const Outcome& o) override {
@@ -106,8 +106,7 @@ class GatedStore final : public Store {
   Result<Escalation> resolve_escalation(const ResolveRequest&) override { return none(); }
   Result<void> record_refusal(std::int64_t, const std::string&) override { return none(); }
   Result<Signals> read_signals(TimePoint) override { return none(); }
-  Result<int> recover_replica(const std::string&) override { return none(); }
-  Result<int> recover_stale(Millis) override { return none(); }
+  Result<int> recover_expired() override { return none(); }
 
  private:
   static boost::system::error_code none() { return errc::not_found; }
@@ -233,7 +232,7 @@ TEST_CASE("unit: calls of every kind waiting together share one transaction, in 
   illegal.intent_id = 3;
   auto lookup = loop.spawn(ledger->find_intent(2));
   auto outcome_9 = loop.spawn(ledger->record_outcome(settle));
-  auto begin_5 = loop.spawn(ledger->begin_attempt(5, 3));
+  auto begin_5 = loop.spawn(ledger->begin_attempt(AttemptRequest{5, IntentState::reserved, 0, 3, Millis(1000)}));
   auto charge_b = loop.spawn(ledger->count_call("run-b", 10, CallKind::write));
   auto reserve_1 = loop.spawn(ledger->reserve_intent(reserve_request("fp-1", "k-1"), {}));
   auto outcome_3 = loop.spawn(ledger->record_outcome(illegal));

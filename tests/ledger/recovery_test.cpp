@@ -1,6 +1,7 @@
 // Crash recovery: a child process holding dispatched attempts is SIGKILLed;
-// reopening as its replica turns exactly its attempts unknown (recovered),
-// and recover_stale takes over another dead replica's. And PostgreSQL
+// reopening the ledger turns exactly the attempts whose lease has passed
+// unknown (recovered), never a live one, whoever began it; recover_expired
+// takes the rest over once their lease runs out. And PostgreSQL
 // restarted under a live Ledger: errors come back as results and the pool
 // reconnects by itself.
 #include "backend.hpp"
@@ -19,23 +20,26 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Runs in the child: dispatches attempts as `replica` through a plain Store,
+// Runs in the child: dispatches attempts through a plain Store (three whose
+// lease has already run out, one still live for a minute and one for 300 ms),
 // reports the intent ids on `out`, then waits to be killed.
 [[noreturn]] void hold_dispatched(const idemgate::config::Ledger& config, int out) {
   auto stores = open_stores(config);
   if (!stores) _exit(2);
   auto& store = *stores->front();
   std::string ids;
-  auto dispatch = [&](const std::string& fp, const std::string& replica) {
+  auto dispatch = [&](const std::string& fp, const std::string& replica, Millis lease) {
     auto request = reserve_request(fp, "key-" + fp);
     auto reserved = store.reserve_intents({&request, 1}).front();
     if (!reserved) _exit(3);
-    auto started = store.begin_attempt(reserved->intent.id, replica, 3);
+    AttemptRequest attempt{reserved->intent.id, IntentState::reserved, 0, 3, lease};
+    auto started = store.begin_attempt(attempt, replica);
     if (!started || started->outcome != AttemptOutcome::started) _exit(4);
     ids += std::to_string(reserved->intent.id) + " ";
   };
-  for (int i = 0; i < 3; ++i) dispatch("fp-crash-" + std::to_string(i), "replica-child");
-  dispatch("fp-crash-other", "replica-other");
+  for (int i = 0; i < 3; ++i) dispatch("fp-crash-" + std::to_string(i), "replica-child", Millis(-1));
+  dispatch("fp-crash-live", "replica-child", std::chrono::minutes(1));
+  dispatch("fp-crash-short", "replica-other", Millis(300));
   ids += "\n";
   if (write(out, ids.data(), ids.size()) != static_cast<ssize_t>(ids.size())) _exit(5);
   for (;;) pause();
@@ -43,7 +47,7 @@ namespace {
 
 }  // namespace
 
-LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts of a SIGKILLed replica become unknown") {
+LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts become unknown once their lease has passed, never before") {
   REQUIRE(migrate(backend.config).has_value());
   // A completed intent of the same replica must stay completed.
   std::int64_t completed_id = 0;
@@ -52,7 +56,7 @@ LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts of a SIGKILLed replica b
     auto reserved = run(ledger->reserve_intent(reserve_request("fp-done", "key-done"), {}));
     REQUIRE(reserved.has_value());
     completed_id = reserved->intent.id;
-    REQUIRE(run(ledger->begin_attempt(completed_id, 3)).has_value());
+    REQUIRE(run(ledger->begin_attempt(attempt_now(*ledger, completed_id))).has_value());
     Outcome done;
     done.intent_id = completed_id;
     done.attempt = 1;
@@ -80,8 +84,10 @@ LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts of a SIGKILLed replica b
   std::vector<std::int64_t> ids;
   std::istringstream in(line);
   for (std::int64_t id; in >> id;) ids.push_back(id);
-  REQUIRE(ids.size() == 4);
+  REQUIRE(ids.size() == 5);
 
+  // Reopened under the same replica id (IDEMGATE_REPLICA_ID shared by an old
+  // and a new process): the id gives no right to another process's attempt.
   auto ledger = open_ledger(backend, "replica-child");
   for (int i = 0; i < 3; ++i) {
     auto intent = run(ledger->find_intent(ids[i]));
@@ -90,17 +96,24 @@ LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts of a SIGKILLed replica b
     CHECK(intent->recovered);
     CHECK(intent->unknown_since.has_value());
   }
-  // Another replica's attempt is not this replica's to recover...
-  CHECK(run(ledger->find_intent(ids[3]))->state == IntentState::dispatched);
+  // Live leases are left alone, whichever replica began them...
+  auto live = run(ledger->find_intent(ids[3]));
+  CHECK(live->state == IntentState::dispatched);
+  CHECK(live->lease_until.has_value());
   CHECK(run(ledger->find_intent(completed_id))->state == IntentState::completed);
-  // ...until its lease has run out.
-  CHECK(run(ledger->recover_stale(std::chrono::hours(1))).value() == 0);
-  CHECK(run(ledger->recover_stale(0ms)).value() == 1);
-  CHECK(run(ledger->find_intent(ids[3]))->state == IntentState::unknown);
-  CHECK(backend.query("SELECT count(*) FROM attempts WHERE state = 'unknown' AND recovered") ==
-        "4\n");
+  // ...until the lease has run out (polled with a deadline, never a fixed sleep).
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (run(ledger->find_intent(ids[4]))->state == IntentState::dispatched) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "a 300 ms lease never expired");
+    auto recovered = run(ledger->recover_expired());
+    REQUIRE(recovered.has_value());
+    CHECK(*recovered <= 1);
+  }
+  CHECK(run(ledger->find_intent(ids[4]))->state == IntentState::unknown);
+  CHECK(run(ledger->find_intent(ids[3]))->state == IntentState::dispatched);
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE state = 'unknown' AND recovered") == "4\n");
   // The unknown rows are reconciled under their original key.
-  auto again = run(ledger->begin_attempt(ids[0], 3));
+  auto again = run(ledger->begin_attempt(attempt_now(*ledger, ids[0])));
   REQUIRE(again.has_value());
   CHECK(again->outcome == AttemptOutcome::started);
   CHECK(again->intent.key == "key-fp-crash-0");

@@ -60,7 +60,7 @@ LEDGER_CONFORMANCE(planted_secret, "a planted secret is stored nowhere") {
   REQUIRE(reserved.has_value());
   auto id = reserved->intent.id;
   CHECK(reserved->intent.request_snapshot.find("\"amount\":500") != std::string::npos);
-  REQUIRE(run(ledger->begin_attempt(id, 3)).has_value());
+  REQUIRE(run(ledger->begin_attempt(attempt_now(*ledger, id))).has_value());
 
   Outcome done;
   done.intent_id = id;

@@ -57,7 +57,7 @@ LEDGER_CONFORMANCE(two_replicas, "two Ledgers on one database racing: one winner
   // And the attempt compare-and-set across both: one dispatch.
   auto id = results.front()->intent.id;
   std::vector<boost::asio::awaitable<Result<AttemptStart>>> ops;
-  for (int i = 0; i < 32; ++i) ops.push_back((i % 2 ? a : b)->begin_attempt(id, 3));
+  for (int i = 0; i < 32; ++i) ops.push_back((i % 2 ? a : b)->begin_attempt(AttemptRequest{id, IntentState::reserved, 0, 3, std::chrono::minutes(1)}));
   int started = 0;
   for (const auto& r : run_all(std::move(ops), 4)) {
     REQUIRE_MESSAGE(r.has_value(), r.error().message());
@@ -65,7 +65,9 @@ LEDGER_CONFORMANCE(two_replicas, "two Ledgers on one database racing: one winner
       ++started;
       CHECK(r->attempt == 1);
     } else {
-      CHECK(r->outcome == AttemptOutcome::in_flight);
+      // Decided from "reserved", found dispatched: decide again, never send.
+      CHECK(r->outcome == AttemptOutcome::changed);
+      CHECK(r->intent.state == IntentState::dispatched);
     }
   }
   CHECK(started == 1);

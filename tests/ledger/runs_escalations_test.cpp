@@ -58,7 +58,7 @@ LEDGER_CONFORMANCE(escalations, "escalations are persisted and listed and resolv
   auto reserved = run(ledger->reserve_intent(reserve_request("fp-esc", "key-esc"), {}));
   REQUIRE(reserved.has_value());
   auto id = reserved->intent.id;
-  REQUIRE(run(ledger->begin_attempt(id, 3)).has_value());
+  REQUIRE(run(ledger->begin_attempt(attempt_now(*ledger, id))).has_value());
   REQUIRE(run(ledger->mark_unknown(id, 1)).has_value());
 
   EscalationRequest request{"run-1", id, "money_unknown",
@@ -103,5 +103,5 @@ LEDGER_CONFORMANCE(escalation_deny, "denying an escalation settles its intent as
   REQUIRE(escalation.has_value());
   REQUIRE(run(ledger->resolve_escalation({*escalation, Resolution::deny, "", "no"})).has_value());
   CHECK(run(ledger->find_intent(id))->state == IntentState::denied);
-  CHECK(run(ledger->begin_attempt(id, 3))->outcome == AttemptOutcome::denied);
+  CHECK(run(ledger->begin_attempt(attempt_now(*ledger, id)))->outcome == AttemptOutcome::denied);
 }

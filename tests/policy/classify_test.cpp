@@ -48,9 +48,9 @@ void check_row(const Row& row) {
   TEST_CASE(name) { check_row(Row __VA_ARGS__); }
 
 // Table "Signal / Retry? / Escalate?"
-CLASSIFIER_ROW("signal: 429 with Retry-After seconds, capped",
+CLASSIFIER_ROW("signal: 429 with Retry-After past max_retry_after is kept whole (never cut short)",
                {.status = 429, .headers = {{"Retry-After", "120"}}, .answer_class = AnswerClass::rate_limited,
-                .should_retry = true, .retry_after = 60s})
+                .should_retry = true, .retry_after = 120s})
 CLASSIFIER_ROW("signal: 429 with Retry-After HTTP-date",
                {.status = 429, .headers = {{"retry-after", "Mon, 30 Nov 2026 12:00:30 GMT"}},
                 .answer_class = AnswerClass::rate_limited, .should_retry = true, .retry_after = 30s})

@@ -1,4 +1,4 @@
-// decide() and after_query(), table-driven: one row per branch of SPEC
+// decide(), table-driven: one row per branch of SPEC
 // section 2 (and of the seed's decision list), named after what it checks.
 #include "policy/decide.hpp"
 
@@ -109,23 +109,31 @@ std::vector<Row> rows() {
        VerdictKind::refuse, ReasonCode::money_unknown, 422},
       {"unknown re-sent past the bound: escalate money_unknown", money,
        input_with(intent(IntentState::unknown, AnswerClass::unknown, 3)), VerdictKind::refuse, ReasonCode::money_unknown, 422},
-      {"in flight on any replica: 409 with Retry-After", money, input_with(intent(IntentState::in_flight)),
-       VerdictKind::in_flight_409, {}, 409, "", {}, Duration(1s)},
+      {"in flight on any replica, no inline time left: wait 409 with Retry-After", money,
+       input_with(intent(IntentState::in_flight)), VerdictKind::wait, {}, 409, "", {}, Duration(1s)},
+      {"in flight with reconcile.inline left: hold (poll), then decide again", money,
+       changed(input_with(intent(IntentState::in_flight)), [](auto& in) { in.inline_left = 10s; }),
+       VerdictKind::hold, {}, 0, "idem_ledger_key"},
       {"retryable below the bound: dispatch again with the same key", money,
        input_with(intent(IntentState::retryable, AnswerClass::transient, 2)), VerdictKind::dispatch, {}, 0, "idem_ledger_key"},
       {"retryable with Retry-After not over: hold, then the same key", money,
        changed(input_with(intent(IntentState::retryable, AnswerClass::rate_limited, 1)),
                [](auto& in) { in.intent.retry_not_before = now + 5s; }),
-       VerdictKind::hold, {}, 0, "idem_ledger_key", {}, Duration(5s)},
+       VerdictKind::hold, {}, 0, "idem_ledger_key"},
       {"retryable with Retry-After, mode reject: 429 with the time left",
        changed(money, [](auto& t) { t.retry.retry_after = RetryAfterMode::reject; }),
        changed(input_with(intent(IntentState::retryable, AnswerClass::rate_limited, 1)),
                [](auto& in) { in.intent.retry_not_before = now + 5s; }),
-       VerdictKind::reject_429, {}, 429, "idem_ledger_key", {}, Duration(5s)},
-      {"a hold never exceeds max_retry_after", money,
+       VerdictKind::wait, {}, 429, "", {}, Duration(5s)},
+      {"Retry-After past max_retry_after: never held, never cut short: 429 with the full time left", money,
        changed(input_with(intent(IntentState::retryable, AnswerClass::rate_limited, 1)),
                [](auto& in) { in.intent.retry_not_before = now + 1h; }),
-       VerdictKind::hold, {}, 0, "idem_ledger_key", {}, Duration(60s)},
+       VerdictKind::wait, {}, 429, "", {}, Duration(1h)},
+      {"a new intent of a run that failed validation with two payloads: refuse validation_repeated", write,
+       changed(none, [](auto& in) { in.validation_failures = 2; }), VerdictKind::refuse,
+       ReasonCode::validation_repeated, 422},
+      {"one earlier validation failure in the run: the corrected payload is sent", write,
+       changed(none, [](auto& in) { in.validation_failures = 1; }), VerdictKind::dispatch},
       {"same fingerprint at the bound: refuse tool_retry_exhausted", money,
        input_with(intent(IntentState::retryable, AnswerClass::transient, 3)), VerdictKind::refuse,
        ReasonCode::tool_retry_exhausted, 422, "", Terminal::escalate},
@@ -182,46 +190,85 @@ std::vector<Row> rows() {
 
 }  // namespace
 
+Verdict check_row(const Row& row) {
+  const auto verdict = decide(row.tool, row.input, "agent_key");
+  INFO("detail: " << verdict.detail);
+  CHECK(to_string(verdict.kind) == to_string(row.kind));
+  if (row.reason) CHECK(to_string(verdict.reason) == to_string(*row.reason));
+  CHECK(verdict.http_status == row.http_status);
+  CHECK(verdict.key == row.key);
+  if (row.terminal) CHECK(to_string(verdict.terminal) == to_string(*row.terminal));
+  CHECK(verdict.retry_after == row.retry_after);
+  if (verdict.kind == VerdictKind::dispatch && row.key == "idem_ledger_key")
+    CHECK(verdict.dispatch_kind == DispatchKind::retry);
+  return verdict;
+}
+
 TEST_CASE("decide: every row of SPEC section 2") {
   for (const auto& row : rows()) {
+    SUBCASE(row.name) { check_row(row); }
+  }
+}
+
+std::vector<Row> reconciliation_rows() {
+  const Tool query = changed(money, [](auto& t) { t.reconcile.mode = ReconcileMode::query; });
+  const auto unknown = input_with(intent(IntentState::unknown, AnswerClass::unknown));
+  auto asked = [&](QueryOutcome outcome, Clock::time_point unknown_since, Duration inline_left) {
+    return changed(unknown, [=](auto& in) {
+      in.query = outcome;
+      in.intent.unknown_since = unknown_since;
+      in.inline_left = inline_left;
+      in.rounds = 1;
+      in.last_round_end = now;
+    });
+  };
+  const auto after_a_round = changed(unknown, [](auto& in) {
+    in.rounds = 1;
+    in.last_round_end = now - 100ms;
+  });
+  return {
+      {"same_key, a round earlier in this request: back off (hold) while inline lasts", money,
+       changed(after_a_round, [](auto& in) { in.inline_left = 5s; }), VerdictKind::hold, {}, 0, "idem_ledger_key"},
+      {"same_key, a round earlier, no inline time left: wait 409 reconciling", money, after_a_round,
+       VerdictKind::wait, {}, 409, "", {}, Duration(1s)},
+      {"same_key, backoff over: re-send the key", money,
+       changed(unknown, [](auto& in) { in.rounds = 1; in.last_round_end = now - 1s; }), VerdictKind::reconcile, {}, 0,
+       "idem_ledger_key"},
+      {"the provider said 'not now' to a re-send: wait for it while reconciling", money,
+       changed(unknown, [](auto& in) { in.intent.retry_not_before = now + 30s; }), VerdictKind::wait, {}, 409, "",
+       {}, Duration(30s)},
+      {"query, not asked yet in this request: look it up", query, unknown, VerdictKind::reconcile, {}, 0,
+       "idem_ledger_key"},
+      {"query found: replay what the provider has", query, asked(QueryOutcome::found, now - 1min, 0s),
+       VerdictKind::replay, {}, 0, "idem_ledger_key"},
+      {"query not found for settle: re-send the same key", query, asked(QueryOutcome::not_found, now - 31s, 0s),
+       VerdictKind::dispatch, {}, 0, "idem_ledger_key"},
+      {"query not found, settle ends inside reconcile.inline: hold until it does", query,
+       asked(QueryOutcome::not_found, now - 25s, 10s), VerdictKind::hold, {}, 0, "idem_ledger_key"},
+      {"query not found, settle ends after reconcile.inline: wait 409 reconciling with the time left", query,
+       asked(QueryOutcome::not_found, now - 10s, 5s), VerdictKind::wait, {}, 409, "", {}, Duration(20s)},
+      {"query failed, no inline time left: wait 409 reconciling", query, asked(QueryOutcome::failed, now - 1min, 0s),
+       VerdictKind::wait, {}, 409, "", {}, Duration(1s)},
+      {"query past reconcile.ttl: escalate money_unknown", query,
+       asked(QueryOutcome::not_found, now - 16min, 10s), VerdictKind::refuse, ReasonCode::money_unknown, 422},
+  };
+}
+
+TEST_CASE("decide: reconciling an unknown outcome inside the request") {
+  for (const auto& row : reconciliation_rows()) {
     SUBCASE(row.name) {
-      const auto verdict = decide(row.tool, row.input, "agent_key");
-      INFO("detail: " << verdict.detail);
-      CHECK(to_string(verdict.kind) == to_string(row.kind));
-      if (row.reason) CHECK(to_string(verdict.reason) == to_string(*row.reason));
-      CHECK(verdict.http_status == row.http_status);
-      CHECK(verdict.key == row.key);
-      if (row.terminal) CHECK(to_string(verdict.terminal) == to_string(*row.terminal));
-      CHECK(verdict.retry_after == row.retry_after);
-      if (verdict.kind == VerdictKind::dispatch && row.key == "idem_ledger_key")
-        CHECK(verdict.dispatch_kind == DispatchKind::retry);
+      const auto verdict = check_row(row);
+      if (verdict.kind == VerdictKind::wait) CHECK(to_string(verdict.wait_reason) == "reconciling");
     }
   }
 }
 
-TEST_CASE("after_query: found replays, not found past settle re-sends the same key, else wait") {
-  auto tool = tool_with(Effect::money);
-  tool.reconcile.mode = ReconcileMode::query;
-  const auto unknown = intent(IntentState::unknown, AnswerClass::unknown);
-
-  CHECK(after_query(tool, unknown, QueryOutcome::found, now, now).kind == VerdictKind::replay);
-
-  const auto resend = after_query(tool, unknown, QueryOutcome::not_found, now - 31s, now);
-  CHECK(resend.kind == VerdictKind::dispatch);
-  CHECK(resend.dispatch_kind == DispatchKind::retry);
-  CHECK(resend.key == "idem_ledger_key");
-
-  const auto settling = after_query(tool, unknown, QueryOutcome::not_found, now - 10s, now);
-  CHECK(settling.kind == VerdictKind::in_flight_409);
-  CHECK(settling.retry_after == Duration(20s));
-
-  CHECK(after_query(tool, unknown, QueryOutcome::failed, now, now).kind == VerdictKind::in_flight_409);
-
-  auto expired = unknown;
-  expired.unknown_since = now - 16min;
-  const auto escalate = after_query(tool, expired, QueryOutcome::not_found, now - 1h, now);
-  CHECK(escalate.kind == VerdictKind::refuse);
-  CHECK(escalate.reason == ReasonCode::money_unknown);
+TEST_CASE("reconcile_backoff: 250 ms doubling to 2 s") {
+  CHECK(reconcile_backoff(0) == 250ms);
+  CHECK(reconcile_backoff(1) == 250ms);
+  CHECK(reconcile_backoff(2) == 500ms);
+  CHECK(reconcile_backoff(4) == 2s);
+  CHECK(reconcile_backoff(40) == 2s);
 }
 
 TEST_CASE("reason catalog: names round-trip, refusals avoid statuses retry loops retry") {
@@ -230,7 +277,7 @@ TEST_CASE("reason catalog: names round-trip, refusals avoid statuses retry loops
     CHECK(parse_reason_code(to_string(code)) == code);
     CHECK_FALSE(question_for_human(code).empty());
     const int status = http_status_of(code);
-    if (code != ReasonCode::ledger_unavailable) CHECK((status == 403 || status == 422));
+    if (code != ReasonCode::ledger_unavailable && code != ReasonCode::overloaded) CHECK((status == 403 || status == 422));
   }
   CHECK(freezes_run(AnswerClass::auth));
   CHECK(freezes_run(AnswerClass::forbidden));

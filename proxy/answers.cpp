@@ -1,0 +1,239 @@
+// The answers of a guarded call (see answers.hpp).
+#include "proxy/answers.hpp"
+
+#include "ledger/ledger.hpp"
+#include "policy/reason.hpp"
+#include "proxy/log.hpp"
+#include "proxy/messages.hpp"
+#include "proxy/outcome_recorder.hpp"
+#include "proxy/respond.hpp"
+#include "proxy/worker.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/json.hpp>
+
+namespace idemgate::proxy {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+namespace json = boost::json;
+using policy::VerdictKind;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+unsigned seconds_up(std::chrono::milliseconds d) {
+  return static_cast<unsigned>(std::max<long>(1, (d.count() + 999) / 1000));
+}
+
+std::string shown_class(const Call& c) {
+  if (!c.answer_class.empty()) return c.answer_class;
+  if (c.intent && !c.intent->answer_class.empty()) return c.intent->answer_class;
+  return "pending";
+}
+
+void fill_idemgate_headers(Call& c, http::fields& f) {
+  f.set("Idemgate-Class", shown_class(c));
+  f.set("Idemgate-Decision", c.decision);
+  if (c.intent && c.is_write) f.set("Idemgate-Key", c.intent->key);
+  int const shown = c.attempt ? c.attempt : (c.intent ? c.intent->attempts_spent() : 0);
+  f.set("Idemgate-Attempt", std::to_string(shown) + "/" + std::to_string(c.tool.retry.bound + 1));
+  if (c.intent) f.set("Idemgate-Intent", std::to_string(c.intent->id));
+  f.set("Idemgate-Tool", c.tool.name);
+}
+
+asio::awaitable<ForwardResult> write_response(Call& c, StringResponse& res, AnswerTail* tail = nullptr) {
+  http::fields f;
+  fill_idemgate_headers(c, f);
+  for (auto const& h : f) res.set(h.name_string(), h.value());
+  bool const ok = co_await write_answer(c.client, res, tail, c.cfg, c.worker);
+  log_decision(c, res.result_int());
+  co_return ForwardResult{ok && c.keep_alive};
+}
+
+asio::awaitable<ForwardResult> write_problem(Call& c, const Problem& p, const char* should_retry) {
+  http::fields extra;
+  fill_idemgate_headers(c, extra);
+  if (should_retry && !c.tool.should_retry_header.empty()) extra.set(c.tool.should_retry_header, should_retry);
+  c.worker.stats().problems.fetch_add(1, std::memory_order_relaxed);
+  bool const ok = co_await send_problem(c.client, p, c.version, c.keep_alive, c.cfg.timeouts.client_header, &extra);
+  if (c.reason_code.empty()) c.reason_code = p.reason_code;
+  log_decision(c, p.status);
+  co_return ForwardResult{ok && c.keep_alive};
+}
+
+// The members every problem about this call carries.
+void describe_call(const Call& c, Problem& p) {
+  auto& x = p.extra;
+  x["tool"] = c.tool.name;
+  x["run"] = c.run;
+  x["fingerprint"] = c.fp.hex;
+  x["idempotency_key"] = c.intent && c.is_write ? json::value(c.intent->key) : json::value(nullptr);
+  x["attempts"] = c.intent ? c.intent->attempts_spent() : c.attempt;
+  x["bound"] = c.tool.retry.bound;
+  x["trace_id"] = c.trace_id;
+  if (c.intent) x["intent"] = c.intent->id;
+}
+
+}  // namespace
+
+policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
+  policy::Verdict v;
+  v.kind = VerdictKind::refuse;
+  v.reason = reason;
+  v.http_status = policy::http_status_of(reason);
+  v.terminal = policy::terminal_of(reason);
+  v.detail = std::move(detail);
+  return v;
+}
+
+asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
+  StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
+                                       std::move(answer.response.body()), c.version, c.keep_alive);
+  co_return co_await write_response(c, res, answer.tail.get());
+}
+
+asio::awaitable<ForwardResult> answer_replay(Call& c) {
+  auto& intent = *c.intent;
+  c.answer_class = intent.answer_class.empty() ? "ok" : intent.answer_class;
+  if (!intent.response) {
+    // Settled by an operator (complete with a receipt): the receipt is the answer.
+    json::object done{{"receipt", intent.receipt}, {"idempotency_key", intent.key}, {"settled_by", "operator"}};
+    intent.response = ledger::StoredResponse{200, {{"Content-Type", "application/json"}}, json::serialize(done), false};
+  }
+  auto const& stored = *intent.response;
+  StringResponse res = client_response(stored.status, stored.headers, stored.body, c.version, c.keep_alive);
+  // The stored body was cut at ledger.response_cap: say so, never pass it
+  // off as the whole answer.
+  if (stored.truncated) res.set("Idemgate-Replay-Truncated", "true");
+  if (c.decision == "replayed") res.set("Idempotent-Replayed", "true");
+  co_return co_await write_response(c, res);
+}
+
+asio::awaitable<ForwardResult> answer_wait(Call& c, const policy::Verdict& v) {
+  c.decision = "wait";
+  c.reason_code = std::string(policy::to_string(v.wait_reason));
+  if (v.wait_reason == policy::WaitReason::in_flight) c.answer_class = "pending";
+  Problem p;
+  p.status = static_cast<unsigned>(v.http_status ? v.http_status : 409);
+  p.reason_code = c.reason_code;
+  p.title = v.wait_reason == policy::WaitReason::in_flight   ? "The same call is in flight"
+            : v.wait_reason == policy::WaitReason::reconciling ? "The outcome is being reconciled"
+                                                               : "Wait before retrying";
+  p.detail = v.detail;
+  p.retry_after_s = seconds_up(v.retry_after ? *v.retry_after : std::chrono::milliseconds(1000));
+  describe_call(c, p);
+  // Retrying is safe: idemgate reconciles before anything is re-sent.
+  co_return co_await write_problem(c, p, "true");
+}
+
+asio::awaitable<ForwardResult> answer_refusal(Call& c, const policy::Verdict& v) {
+  c.decision = "refused";
+  c.reason_code = std::string(policy::to_string(v.reason));
+  if (c.answer_class.empty()) {
+    bool const by_policy = v.reason == policy::ReasonCode::policy_deny ||
+                           v.reason == policy::ReasonCode::pending_approval ||
+                           v.reason == policy::ReasonCode::egress_denied;
+    c.answer_class = by_policy ? "policy_deny" : shown_class(c);
+  }
+  Problem p;
+  p.status = static_cast<unsigned>(v.http_status ? v.http_status : 403);
+  p.reason_code = c.reason_code;
+  p.title = "Refused: " + c.reason_code;
+  p.detail = v.detail;
+  if (v.retry_after) p.retry_after_s = seconds_up(*v.retry_after);
+  describe_call(c, p);
+  auto& x = p.extra;
+  x["terminal"] = policy::to_string(v.terminal);
+  x["question_for_human"] = policy::question_for_human(v.reason);
+  x["calls_used"] = c.calls_used;
+  x["budget"] = c.cfg.runs.budget;
+  if (c.intent && !c.intent->receipt.empty()) x["receipt"] = c.intent->receipt;
+  if (c.malformed) x["body_malformed"] = true;
+  bool const ledger_ok = v.reason != policy::ReasonCode::ledger_unavailable;
+  json::array tried;
+  if (ledger_ok) {
+    std::string run = c.run;
+    auto intents = co_await c.ledger.list_intents_by_run(std::move(run), 20);
+    if (intents) {
+      for (auto const& i : *intents)
+        tried.push_back(json::object{{"name", i.tool}, {"fingerprint", i.fingerprint}, {"class", i.answer_class}});
+    }
+  }
+  x["tools_tried"] = std::move(tried);
+  if (ledger_ok) {
+    ledger::EscalationRequest er;
+    er.run = c.run;
+    if (c.intent) er.intent_id = c.intent->id;
+    er.reason_code = c.reason_code;
+    er.package_json = problem_json(p);
+    auto id = co_await c.ledger.persist_escalation(er);
+    if (id) {
+      x["escalation_id"] = *id;
+    } else if (!c.sent) {
+      // No package, no refusal: nothing was sent, the agent comes back later.
+      co_return co_await answer_ledger_down(c);
+    } else {
+      // Something was sent: the answer must stay the truth about it. The
+      // package is persisted in the background until it lands.
+      x["escalation_id"] = nullptr;
+      persist_escalation_later(co_await asio::this_coro::executor, c.ledger, std::move(er));
+    }
+    if (c.intent) {
+      std::string reason = c.reason_code;
+      auto counted = co_await c.ledger.record_refusal(c.intent->id, std::move(reason));
+      (void)counted;  // a dashboard count; the refusal stands without it
+    }
+  }
+  co_return co_await write_problem(c, p, "false");
+}
+
+asio::awaitable<ForwardResult> answer_problem(Call& c, const Problem& p) {
+  co_return co_await write_problem(c, p, nullptr);
+}
+
+asio::awaitable<ForwardResult> answer_ledger_down(Call& c) {
+  if (c.sent) {
+    policy::Verdict v;
+    v.kind = VerdictKind::wait;
+    v.wait_reason = policy::WaitReason::reconciling;
+    v.http_status = 409;
+    v.retry_after = std::chrono::seconds(2);
+    v.detail = "the request was sent upstream and the ledger failed before its outcome was recorded; the outcome "
+               "is unknown and idemgate reconciles it with the provider before anything is re-sent";
+    c.answer_class = "unknown";
+    co_return co_await answer_wait(c, v);
+  }
+  auto v = refusal(policy::ReasonCode::ledger_unavailable,
+                   "the ledger could not be read or written; this request sent nothing upstream");
+  v.retry_after = std::chrono::seconds(1);
+  co_return co_await answer_refusal(c, v);
+}
+
+void log_decision(Call& c, unsigned status) {
+  auto const us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - c.start);
+  json::object o{{"run", c.run},
+                 {"tool", c.tool.name},
+                 {"class", shown_class(c)},
+                 {"decision", c.decision},
+                 {"key", c.intent && c.is_write ? json::value(c.intent->key) : json::value(nullptr)},
+                 {"attempt", c.attempt},
+                 {"bound", c.tool.retry.bound},
+                 {"status", status},
+                 {"method", c.req.method_string()},
+                 {"host", c.target.host},
+                 {"fingerprint", c.fp.hex},
+                 {"trace_id", c.trace_id},
+                 {"latency_ms", us.count() / 1000},
+                 {"latency_us", us.count()}};
+  if (!c.reason_code.empty()) o["reason_code"] = c.reason_code;
+  if (c.intent) o["intent"] = c.intent->id;
+  log_event("decision", std::move(o));
+  c.worker.decisions().count(c.tool.name, c.decision, shown_class(c), c.reason_code);
+}
+
+}  // namespace idemgate::proxy

@@ -1,0 +1,376 @@
+// The write path (see write_path.hpp). decide() makes every verdict; this
+// file gathers its inputs and carries each one out.
+#include "proxy/write_path.hpp"
+
+#include "ledger/ledger.hpp"
+#include "policy/decide.hpp"
+#include "policy/outcome.hpp"
+#include "policy/reason.hpp"
+#include "policy/reconcile.hpp"
+#include "proxy/answers.hpp"
+#include "proxy/dispatch.hpp"
+#include "proxy/ids.hpp"
+#include "proxy/log.hpp"
+#include "proxy/messages.hpp"
+#include "proxy/outcome_recorder.hpp"
+#include "proxy/query_reconcile.hpp"
+#include "proxy/read_tracker.hpp"
+#include "proxy/worker.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace idemgate::proxy {
+
+namespace asio = boost::asio;
+using namespace asio::experimental::awaitable_operators;
+using policy::VerdictKind;
+using SysClock = std::chrono::system_clock;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+// A request that turns this often without an answer is answered anyway (a
+// guard against a loop bug; reconcile.inline ends every real wait first).
+constexpr int kMaxTurns = 256;
+
+SysClock::time_point to_sys(const ledger::TimePoint& t) { return SysClock::time_point(t.time_since_epoch()); }
+
+policy::IntentState view_state(ledger::IntentState s) {
+  switch (s) {
+    case ledger::IntentState::reserved: return policy::IntentState::none;
+    case ledger::IntentState::dispatched: return policy::IntentState::in_flight;
+    case ledger::IntentState::completed: return policy::IntentState::completed;
+    case ledger::IntentState::unknown: return policy::IntentState::unknown;
+    case ledger::IntentState::denied: return policy::IntentState::denied;
+    case ledger::IntentState::retryable: return policy::IntentState::retryable;
+  }
+  return policy::IntentState::unavailable;
+}
+
+policy::IntentView view_of(const ledger::Intent& i) {
+  policy::IntentView v;
+  v.state = view_state(i.state);
+  v.key = i.key;
+  if (auto c = policy::parse_answer_class(i.answer_class)) v.last_class = *c;
+  v.attempts = i.attempts_spent();
+  if (i.unknown_since) v.unknown_since = to_sys(*i.unknown_since);
+  if (i.retry_not_before) v.retry_not_before = to_sys(*i.retry_not_before);
+  if (i.lease_until) v.lease_until = to_sys(*i.lease_until);
+  return v;
+}
+
+ledger::IntentState ledger_state(policy::SettledState s) {
+  switch (s) {
+    case policy::SettledState::completed: return ledger::IntentState::completed;
+    case policy::SettledState::retryable: return ledger::IntentState::retryable;
+    case policy::SettledState::unknown: return ledger::IntentState::unknown;
+    case policy::SettledState::denied: return ledger::IntentState::denied;
+  }
+  return ledger::IntentState::unknown;
+}
+
+class WritePath {
+ public:
+  explicit WritePath(Call& call) : c_(call) {}
+
+  asio::awaitable<ForwardResult> run() {
+    in_.missing_required = c_.missing;
+    in_.agent_key.present = !c_.agent_key.empty();
+    in_.now = SysClock::now();
+    // Refusals that depend only on the request and the tool come before any
+    // reservation: a refused request must not claim the fingerprint.
+    if (c_.tool.policy != policy::PolicyAction::pending_approval) {
+      auto pre = policy::decide(c_.tool, in_, c_.agent_key);
+      if (pre.kind == VerdictKind::refuse) co_return co_await answer_refusal(c_, pre);
+    }
+    if (!co_await reserve()) co_return co_await answer_ledger_down(c_);
+    for (int turn = 0; turn < kMaxTurns; ++turn) {
+      auto verdict = co_await gather_and_decide();
+      if (!verdict) co_return co_await answer_ledger_down(c_);
+      switch (verdict->kind) {
+        case VerdictKind::replay:
+          if (c_.decision != "reconciled") c_.decision = "replayed";
+          co_return co_await answer_replay(c_);
+        case VerdictKind::refuse:
+          co_return co_await answer_refusal(c_, *verdict);
+        case VerdictKind::wait:
+          co_return co_await answer_wait(c_, *verdict);
+        case VerdictKind::hold:
+          if (!co_await hold(*verdict)) co_return co_await answer_ledger_down(c_);
+          continue;
+        case VerdictKind::reconcile:
+          if (verdict->reconcile_mode == policy::ReconcileMode::query) {
+            if (!co_await look_up()) co_return co_await answer_ledger_down(c_);
+            continue;
+          }
+          [[fallthrough]];
+        case VerdictKind::dispatch: {
+          auto start = co_await begin_attempt();
+          if (!start) co_return co_await answer_ledger_down(c_);
+          if (!*start) continue;  // the intent moved: decide again
+          std::optional<ForwardResult> answered = co_await send_and_record(*verdict);
+          if (answered) co_return *answered;
+          continue;  // still unknown: reconcile
+        }
+      }
+    }
+    co_return co_await answer_wait(c_, still_reconciling());
+  }
+
+ private:
+  // ---- gather ------------------------------------------------------------
+
+  // The run's charge and the reservation go to the ledger at once (and can
+  // share one durable commit there).
+  asio::awaitable<bool> reserve() {
+    ledger::ReserveRequest rr;
+    rr.run = c_.run;
+    rr.tool = c_.tool.name;
+    rr.scope = c_.tool.fingerprint.scope == policy::FingerprintScope::run ? c_.run : std::string();
+    rr.fingerprint = c_.fp.hex;
+    use_agent_key_ = c_.tool.idempotency.mode != policy::KeyMode::inject && !c_.agent_key.empty();
+    rr.key = use_agent_key_ ? c_.agent_key : mint_uuid_v4();
+    rr.agent_key = c_.agent_key;
+    rr.window = c_.tool.fingerprint.window;
+    rr.unknown_ttl = c_.tool.reconcile.ttl;
+    ledger::RequestSnapshot snap{std::string(c_.req.method_string()),
+                                 c_.target.scheme + "://" + c_.target.authority() + c_.target.origin_form,
+                                 headers_of(c_.req), c_.body};
+    std::string run = c_.run;
+    auto charge_op = c_.ledger.count_call(std::move(run), c_.cfg.runs.budget, ledger::CallKind::write);
+    auto reserve_op = c_.ledger.reserve_intent(std::move(rr), std::move(snap));
+    auto [charge, reservation] = co_await (std::move(charge_op) && std::move(reserve_op));
+    if (!charge || !reservation) co_return false;
+    apply_charge(c_, *charge, in_);
+    bool const fresh = reservation->outcome == ledger::ReserveOutcome::reserved;
+    bool const mismatch = reservation->outcome == ledger::ReserveOutcome::key_mismatch;
+    if (!fresh && !mismatch && use_agent_key_ && c_.agent_key != reservation->intent.key)
+      in_.agent_key.fingerprint_bound_to_other_key = true;
+    // A key bound to another payload says nothing about this payload's
+    // intent (the row returned is the other one): refuse on the key alone.
+    in_.agent_key.bound_to_other_fingerprint = mismatch;
+    if (!mismatch) c_.intent = reservation->intent;
+    if (c_.tool.policy == policy::PolicyAction::pending_approval && c_.intent) {
+      auto ok = co_await approved(c_.intent->id);
+      if (!ok) co_return false;
+      approved_ = *ok;
+    }
+    co_return true;
+  }
+
+  asio::awaitable<std::optional<bool>> approved(std::int64_t intent_id) {
+    std::optional<ledger::EscalationState> state = ledger::EscalationState::approved;
+    auto list = co_await c_.ledger.list_escalations(state, 1000);
+    if (!list) co_return std::nullopt;
+    for (auto const& e : *list)
+      if (e.intent_id && *e.intent_id == intent_id) co_return true;
+    co_return false;
+  }
+
+  // nullopt: the ledger failed.
+  asio::awaitable<std::optional<policy::Verdict>> gather_and_decide() {
+    in_.now = SysClock::now();
+    auto const inline_end = c_.start + c_.tool.reconcile.inline_budget;
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(inline_end - std::chrono::steady_clock::now());
+    in_.inline_left = std::max(left, std::chrono::milliseconds(0));
+    in_.rounds = rounds_;
+    in_.last_round_end = last_round_end_;
+    in_.query = query_;
+    query_.reset();  // one lookup feeds one decision
+    if (c_.intent) {
+      in_.intent = view_of(*c_.intent);
+      in_.intent.approved = approved_;
+    }
+    in_.validation_failures = 0;
+    if (c_.intent && c_.intent->state == ledger::IntentState::reserved &&
+        c_.worker.reads().validation_seen(c_.run, c_.tool.name)) {
+      // Validation is retried once with a corrected payload, never twice.
+      std::string run = c_.run, tool = c_.tool.name, cls = "validation";
+      auto n = co_await c_.ledger.count_intents(std::move(run), std::move(tool), std::move(cls), c_.intent->id);
+      if (!n) co_return std::nullopt;
+      in_.validation_failures = static_cast<int>(*n);
+    }
+    co_return policy::decide(c_.tool, in_, c_.agent_key);
+  }
+
+  // Waits until the verdict's time, then reads the intent and the run again
+  // (the run may have been killed or frozen meanwhile).
+  asio::awaitable<bool> hold(const policy::Verdict& v) {
+    auto const wait = std::chrono::duration_cast<std::chrono::milliseconds>(*v.hold_until - SysClock::now());
+    if (wait.count() > 0) {
+      asio::steady_timer timer(co_await asio::this_coro::executor, wait);
+      co_await timer.async_wait(use_tuple);
+    }
+    if (c_.intent && c_.intent->state == ledger::IntentState::retryable && !reconciled_) c_.decision = "held";
+    if (c_.intent && c_.intent->state == ledger::IntentState::dispatched) ++rounds_;
+    last_round_end_ = last_round_end_ ? last_round_end_ : std::optional(SysClock::now());
+    std::string run = c_.run;
+    auto run_op = c_.ledger.find_run(std::move(run));
+    auto intent_op = c_.ledger.find_intent(c_.intent->id);
+    auto [now_run, intent] = co_await (std::move(run_op) && std::move(intent_op));
+    if (!now_run || !intent) co_return false;
+    c_.intent = *intent;
+    if (now_run->state == ledger::RunState::killed) in_.run.state = policy::RunState::killed;
+    if (now_run->state == ledger::RunState::frozen) in_.run.state = policy::RunState::frozen;
+    co_return true;
+  }
+
+  // ---- reconcile by query ------------------------------------------------
+
+  asio::awaitable<bool> look_up() {
+    mark_reconciling();
+    auto result = co_await ask_provider(c_);
+    ++rounds_;
+    last_round_end_ = SysClock::now();
+    if (result.outcome != policy::QueryOutcome::found) {
+      query_ = result.outcome;
+      co_return true;
+    }
+    // What the provider shows is the completion: recorded, then replayed.
+    ledger::Outcome o;
+    o.intent_id = c_.intent->id;
+    o.attempt = 0;
+    o.state = ledger::IntentState::completed;
+    o.answer_class = "ok";
+    o.status = 200;
+    o.receipt = policy::receipt_of(c_.tool, result.found_json).value_or(std::string());
+    o.response = ledger::StoredResponse{200, {{"Content-Type", "application/json"}}, result.found_json, false};
+    auto recorded = co_await c_.ledger.record_outcome(std::move(o));
+    if (recorded) {
+      c_.intent = *recorded;
+      co_return true;
+    }
+    // Someone else settled it meanwhile (illegal_transition): read it again.
+    auto now = co_await c_.ledger.find_intent(c_.intent->id);
+    if (!now) co_return false;
+    c_.intent = *now;
+    co_return true;
+  }
+
+  // ---- attempt -----------------------------------------------------------
+
+  // true: started; false: the intent moved (decide again); nullopt: ledger failed.
+  asio::awaitable<std::optional<bool>> begin_attempt() {
+    ledger::AttemptRequest r{c_.intent->id, c_.intent->state, c_.intent->attempts, c_.tool.retry.bound + 1,
+                             attempt_lease(c_.cfg)};
+    auto start = co_await c_.ledger.begin_attempt(r);
+    if (!start) co_return std::nullopt;
+    from_unknown_ = c_.intent->state == ledger::IntentState::unknown;
+    c_.intent = start->intent;
+    if (start->outcome != ledger::AttemptOutcome::started) co_return false;
+    c_.attempt = start->attempt;
+    c_.sent = true;
+    co_return true;
+  }
+
+  void mark_reconciling() {
+    reconciled_ = true;
+    c_.decision = "reconciled";
+  }
+
+  // Sends the attempt begun and records what came back. An answer to give
+  // the agent, or nullopt when the outcome is still unknown (or a re-send
+  // while reconciling was told "not now") and the loop goes on.
+  asio::awaitable<std::optional<ForwardResult>> send_and_record(const policy::Verdict& verdict) {
+    bool const reconciling = from_unknown_ || reconciled_ || verdict.kind == VerdictKind::reconcile;
+    if (reconciling) mark_reconciling();
+    Sent s = co_await send_upstream(c_, c_.intent->key);
+    bool const answered = s.answer.outcome == policy::TransportOutcome::answered;
+    auto settled = policy::settle_attempt(s.cls.answer_class, {c_.attempt, reconciling, answered});
+    if (s.egress_refused) settled = {policy::AnswerClass::policy_deny, policy::SettledState::denied, false};
+    // Nothing left the process on a connect failure: the attempt is retryable.
+    c_.answer_class = std::string(policy::to_string(settled.answer_class));
+
+    ledger::Outcome o;
+    o.intent_id = c_.intent->id;
+    o.attempt = c_.attempt;
+    o.state = ledger_state(settled.state);
+    o.answer_class = c_.answer_class;
+    o.waive = settled.waive;
+    if (answered) {
+      o.status = s.answer.response.result_int();
+      o.receipt = policy::receipt_of(c_.tool, s.answer.response.body()).value_or(std::string());
+      // The buffer only: an answer longer than limits.guarded_answer is
+      // stored as its first bytes, marked truncated.
+      o.response = ledger::StoredResponse{s.answer.response.result_int(), headers_of(s.answer.response),
+                                          s.answer.response.body(), s.answer.tail != nullptr};
+    }
+    if (o.state == ledger::IntentState::retryable || (o.state == ledger::IntentState::unknown && settled.waive))
+      o.retry_after = s.cls.retry_after ? *s.cls.retry_after : std::chrono::milliseconds(0);
+    auto const lease_end = c_.intent->lease_until.value_or(
+        std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + attempt_lease(c_.cfg)));
+    auto recorded = co_await record_outcome(c_.ledger, std::move(o), lease_end);
+    if (settled.answer_class == policy::AnswerClass::validation) c_.worker.reads().note_validation(c_.run, c_.tool.name);
+    ++rounds_;
+    last_round_end_ = SysClock::now();
+
+    if (s.egress_refused) {
+      if (recorded) c_.intent = *recorded;
+      c_.sent = false;  // the guard refused the address before anything left
+      co_return co_await answer_refusal(c_, refusal(policy::ReasonCode::egress_denied,
+                                                    s.answer.problem->detail + "; nothing was sent"));
+    }
+    if (!recorded) {
+      // The ledger did not take the outcome (it keeps being recorded in the
+      // background). The agent still gets the truth: the provider's answer
+      // when there is one, else "unknown, being reconciled".
+      if (answered && settled.state != policy::SettledState::unknown) co_return co_await answer_upstream(c_, s.answer);
+      co_return co_await answer_ledger_down(c_);
+    }
+    c_.intent = *recorded;
+    switch (settled.state) {
+      case policy::SettledState::unknown:
+        co_return std::nullopt;
+      case policy::SettledState::retryable:
+        if (!answered) {
+          // Connect failure: nothing left the process; the agent may retry.
+          c_.sent = false;
+          co_return co_await answer_problem(c_, *s.answer.problem);
+        }
+        break;
+      case policy::SettledState::denied:
+        if (policy::freezes_run(settled.answer_class)) {
+          std::string run = c_.run;
+          std::string why = "tool '" + c_.tool.name + "' answered " + std::to_string(s.answer.response.result_int());
+          auto frozen = co_await c_.ledger.freeze_run(std::move(run), std::move(why));
+          if (!frozen) log_event("ledger_freeze_failed", {{"run", c_.run}, {"error", frozen.error().message()}});
+        }
+        break;
+      case policy::SettledState::completed:
+        break;
+    }
+    co_return co_await answer_upstream(c_, s.answer);
+  }
+
+  policy::Verdict still_reconciling() const {
+    policy::Verdict v;
+    v.kind = VerdictKind::wait;
+    v.wait_reason = policy::WaitReason::reconciling;
+    v.http_status = 409;
+    v.retry_after = std::chrono::seconds(1);
+    v.detail = "the outcome is not settled yet; idemgate reconciles it before anything is re-sent";
+    return v;
+  }
+
+  Call& c_;
+  policy::DecisionInput in_;
+  bool use_agent_key_ = false;
+  bool approved_ = false;
+  bool from_unknown_ = false;   // the attempt begun re-sends an unknown's key
+  bool reconciled_ = false;     // this request reconciled (re-sent or looked up)
+  int rounds_ = 0;
+  std::optional<SysClock::time_point> last_round_end_;
+  std::optional<policy::QueryOutcome> query_;
+};
+
+}  // namespace
+
+asio::awaitable<ForwardResult> run_write_path(Call& call) {
+  WritePath path(call);
+  co_return co_await path.run();
+}
+
+}  // namespace idemgate::proxy

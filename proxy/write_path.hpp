@@ -1,0 +1,17 @@
+// The write path of SPEC section 2, one loop:
+//   gather inputs -> decide -> begin attempt (expected state) -> send ->
+//   classify -> record -> answer
+// A verdict that sends runs once per turn; a hold waits and turns again
+// from a fresh read of the ledger; the loop ends at the first answer.
+#pragma once
+
+#include "proxy/call.hpp"
+#include "proxy/forward.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+namespace idemgate::proxy {
+
+boost::asio::awaitable<ForwardResult> run_write_path(Call& call);
+
+}  // namespace idemgate::proxy
