@@ -12,7 +12,7 @@ std::int64_t unknown_intent(Ledger& ledger, const std::string& fingerprint, Mill
   request.unknown_ttl = ttl;
   auto reserved = run(ledger.reserve_intent(request, {}));
   REQUIRE(reserved.has_value());
-  REQUIRE(run(ledger.begin_attempt(reserved->intent.id, 3)).has_value());
+  REQUIRE(run(ledger.begin_attempt(attempt_now(ledger, reserved->intent.id))).has_value());
   REQUIRE(run(ledger.mark_unknown(reserved->intent.id, 1)).has_value());
   return reserved->intent.id;
 }
@@ -56,7 +56,7 @@ LEDGER_CONFORMANCE(signals, "the dashboard signals read the dash_* views") {
   REQUIRE(retried.has_value());
   auto const id = retried->intent.id;
   for (int attempt = 1; attempt <= 2; ++attempt) {
-    REQUIRE(run(ledger->begin_attempt(id, 3)).has_value());
+    REQUIRE(run(ledger->begin_attempt(attempt_now(*ledger, id))).has_value());
     Outcome o;
     o.intent_id = id;
     o.attempt = attempt;
