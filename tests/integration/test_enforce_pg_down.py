@@ -1,7 +1,9 @@
 """PostgreSQL stopped under a running proxy: guarded writes fail closed with
 503 ledger_unavailable and the provider sees nothing; once PostgreSQL is
-back the same proxy (no restart) dispatches again. Uses its own throwaway
-PostgreSQL (scripts/pg) so stopping it cannot disturb other tests."""
+back the same proxy (no restart) dispatches again. Stopped after an attempt
+began, the answer is the provider's outcome (or a wait), never "nothing was
+sent". Uses its own throwaway PostgreSQL (scripts/pg) so stopping it cannot
+disturb other tests."""
 import os
 import subprocess
 import sys
@@ -12,12 +14,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from enforce_common import call, make_config, new_run  # noqa: E402
 from harness import Proxy, wait_until  # noqa: E402
 from provider import Provider  # noqa: E402
+from unknown_common import (UnknownAssertions, config, dispatch_in_background, ops,  # noqa: E402
+                            retry_until_settled, tool)
 
 PG = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "pg")
 CHARGE = {"amount": 5, "currency": "eur"}
 
 
-class PostgresDownTest(unittest.TestCase):
+class PostgresDownTest(UnknownAssertions, unittest.TestCase):
     def setUp(self):
         self.pgdir = tempfile.mkdtemp(prefix="idemgate-pg.")
         out = subprocess.run([PG, "start", self.pgdir], capture_output=True, timeout=120)
@@ -52,6 +56,46 @@ class PostgresDownTest(unittest.TestCase):
 
             wait_until(dispatched_again, 30, "the proxy to use PostgreSQL again")
             self.assertEqual(len(provider.effects_snapshot()), 2)
+
+    # PostgreSQL stops after an attempt began: the provider has the charge,
+    # the ledger cannot record it. Never "nothing was sent", never a 5xx for
+    # a charge the provider made; once PostgreSQL is back the outcome lands
+    # and the agent's retry gets the one charge.
+    def test_ledger_lost_after_dispatch_never_says_nothing_was_sent(self):
+        with Provider() as provider:
+            proxy = Proxy(config(self.url, [tool("pay.charge", "/v1/charges", provider.port, inline="2s")],
+                                 response="10s")).start()
+            self.addCleanup(proxy.stop)
+            run = new_run()
+            url = provider.url("/v1/charges")
+            provider.script("hold")
+            t, first = dispatch_in_background(proxy, url, CHARGE, run, provider)
+            provider.wait_held()
+            self.pgctl("stop", "-m", "fast")
+            provider.release()
+            t.join(60)
+            answer = first["answer"]
+            text = answer.body.decode().lower()
+            self.assertNotIn("nothing was sent", text)
+            self.assertFalse(500 <= answer.status < 600, "a 5xx for a charge the provider made: %d %s"
+                             % (answer.status, answer.body))
+            self.assertNotEqual(answer.header("idemgate-decision"), "refused", answer.body)
+            self.assertTrue(answer.header("idemgate-class"))
+            if answer.status == 200:
+                self.assertEqual(answer.json()["id"], provider.effects_snapshot()[0]["id"])
+            else:
+                self.assert_wait(answer, "reconciling")
+            self.assertEqual(len(provider.writes()), 1)
+
+            self.pgctl("start")
+
+            again = retry_until_settled(proxy, url, CHARGE, run, 40)
+            self.assertEqual(again.status, 200, again.body)
+            self.assertEqual(again.json()["id"], provider.effects_snapshot()[0]["id"])
+            self.assertEqual(len(provider.effects_snapshot()), 1)
+            self.assertEqual(len(provider.keys_seen()), 1)
+            intents = ops(proxy, "intents", "show", "--run", run)
+            self.assertEqual([i["state"] for i in intents], ["completed"])
 
 
 if __name__ == "__main__":
