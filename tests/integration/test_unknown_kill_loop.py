@@ -1,11 +1,12 @@
 """kill -9 of idemgate mid-dispatch, over and over, at random moments: each
-iteration starts idemgate on the same SQLite ledger, sends a new charge and
-SIGKILLs the process somewhere between before the request arrived and after
-it was answered (provider latency 20-80 ms). At the end one idemgate serves
-the agent, which retries every charge until it is settled. Killed processes
-never come back, so their attempts are settled only once their leases have
-passed. Exactly one effect per charge the provider ever saw, one key per
-charge, and no intent left neither completed nor unknown-and-escalated.
+iteration takes an idemgate on the same SQLite ledger, sends a new charge
+and SIGKILLs the process somewhere between before the request arrived and
+after it was answered (provider latency 20-80 ms). At the end one idemgate
+serves the agent, which retries every charge until it is settled. Killed
+processes never come back, so their attempts are settled only once their
+leases have passed (connect + idle + response + outcome_record: 3 s here).
+Exactly one effect per charge the provider ever saw, one key per charge,
+and no intent left neither completed nor unknown-and-escalated.
 IDEMGATE_KILL_SEED replays a run's timing."""
 import os
 import random
@@ -37,7 +38,7 @@ class KillLoopTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
         with Provider(latency=(0.02, 0.08)) as provider:
             cfg = config(self.ledger_for(directory),
                          [tool("pay.charge", "/v1/charges", provider.port, bound=2, inline="1s")],
-                         connect="500ms", response="500ms", idle="2s", drain="1s")
+                         connect="500ms", response="500ms", idle="1s", drain="1s", outcome_record="1s")
             url = provider.url("/v1/charges")
             run = new_run()
             bodies = [{"amount": 100 + i, "currency": "eur", "customer": "cus_kill_%d" % i}

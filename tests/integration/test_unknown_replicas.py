@@ -1,7 +1,7 @@
 """Two replicas on one PostgreSQL with different timeouts. Replica A
-dispatches a charge the provider takes 16 s to make (A's deadlines allow
-it); replica B's own deadlines are far shorter (connect and response 500 ms,
-so B's own lease, with the grace to record an outcome, is about 11 s). An
+dispatches a charge the provider takes 6 s to make (A's deadlines allow
+it); replica B's own deadlines are far shorter (connect and response
+500 ms, idle 1 s, outcome_record 1 s: a lease of 3 s had B begun it). An
 attempt is owned by the lease its own process recorded: B must neither
 expire A's attempt nor reconcile or dispatch anything while it runs. The
 agent retries through B the whole time: one effect, one dispatch, no lookup
@@ -17,7 +17,7 @@ from provider import Provider  # noqa: E402
 from unknown_common import (CHARGE, LedgerBackend, Proxy, UnknownAssertions, config,  # noqa: E402
                             dispatch_in_background, new_run, retry_until_settled, tool)
 
-ATTEMPT_S = 16  # longer than B's own lease (its connect + response + the ~10 s grace)
+ATTEMPT_S = 6  # twice B's own lease (its connect + idle + response + outcome_record)
 
 
 class TwoReplicasTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
@@ -29,7 +29,8 @@ class TwoReplicasTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
             ledger = self.ledger_for(None)
             a = Proxy(config(ledger, tools, connect="1s", response="30s")).start()
             self.addCleanup(a.stop)
-            b = Proxy(config(ledger, tools, connect="500ms", response="500ms", idle="1s")).start()
+            b = Proxy(config(ledger, tools, connect="500ms", response="500ms", idle="1s",
+                             outcome_record="1s")).start()
             self.addCleanup(b.stop)
             run = new_run()
             url = provider.url("/v1/charges")

@@ -46,15 +46,20 @@ def tool(name, path, port, effect="money", mode="same_key", bound=2, ttl="15m", 
                                          reconcile=reconcile)
 
 
-def config(ledger, tools, listen="127.0.0.1:0", connect="1s", response="1s", idle="10s", drain="10s"):
+def config(ledger, tools, listen="127.0.0.1:0", connect="1s", response="1s", idle="10s", drain="10s",
+           outcome_record=None):
+    """outcome_record=None leaves it at its default; an attempt's lease is
+    connect + idle + response + outcome_record of the process that began it."""
+    timeouts = "client_header: 5s, upstream_connect: %s, upstream_response: %s, idle: %s, drain: %s" % (
+        connect, response, idle, drain)
+    if outcome_record:
+        timeouts += ", outcome_record: %s" % outcome_record
     return ("listen: {listen}\nthreads: 2\n"
             "ledger: {{ url: \"{ledger}\" }}\n"
             "egress: {{ allow_hosts: [\"*\"], allow_loopback: true, allow_private: true }}\n"
-            "timeouts: {{ client_header: 5s, upstream_connect: {connect}, upstream_response: {response}, "
-            "idle: {idle}, drain: {drain} }}\n"
+            "timeouts: {{ {timeouts} }}\n"
             "runs: {{ budget: 100000 }}\n"
-            "tools:\n").format(listen=listen, ledger=ledger, connect=connect, response=response, idle=idle,
-                               drain=drain) + "".join(tools)
+            "tools:\n").format(listen=listen, ledger=ledger, timeouts=timeouts) + "".join(tools)
 
 
 def free_port():
