@@ -5,11 +5,13 @@ gets the provider's real outcome with `Idemgate-Decision: reconciled`. What
 cannot be settled now is a wait (409 reconciling / in_flight, 429
 retry_after) or, when it never can be, 422 with the escalation package, one
 per intent and reason, resolved by idemgate when a later reconciliation
-settles the intent. Guarded requests go upstream with Accept-Encoding:
-identity. Every case runs on both ledgers against a provider simulator that
-counts every effect."""
+settles the intent (here after an operator turns reconciliation on).
+Guarded requests go upstream with Accept-Encoding: identity. Every case
+runs on both ledgers against a provider simulator that counts every
+effect."""
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -42,7 +44,6 @@ class InlineCases(UnknownAssertions):
             tool("pay.wait", "/v1/wcharges", port, mode="query", settle="2s", inline="300ms"),
             tool("pay.flight", "/v1/fcharges", port, inline="500ms"),
             tool("pay.r", "/v1/rcharges", port, bound=2, retry_after="hold", max_retry_after="5s"),
-            tool("pay.esc", "/v1/echarges", port, mode="query", bound=0, settle="200ms", inline="500ms"),
         ]
         # upstream_response 1s makes a slow provider an unknown outcome soon;
         # the long one keeps an attempt in flight while a test looks at it.
@@ -266,32 +267,35 @@ class InlineCases(UnknownAssertions):
         self.assertEqual(len(opened), 1, opened)
         self.assertEqual(str(opened[0]["intent_id"]), first.header("idemgate-intent"))
 
-    # Query mode, bound 0: the write was lost but lands at the provider later.
-    # Until then the lookup finds nothing and no re-send is allowed: 422
-    # money_unknown, escalated once however often the agent asks. When a
-    # later try finds it, idemgate settles the intent and that escalation is
-    # no longer open.
+    # An unknown escalated (mode none) is settled later: the operator turns
+    # on same-key reconciliation (SIGHUP) and the next try re-sends the key.
+    # idemgate then closes that escalation itself.
     def test_escalation_resolved_by_later_reconciliation(self):
-        self.provider.script("drop_then_commit", seconds=4)
-        first = self.charge("/v1/echarges")
+        port = self.provider.port
+        proxy = self._start([tool("pay.esc", "/v1/echarges", port, mode="none")])
+        self.provider.script("commit_then_drop")
+        first = self.charge("/v1/echarges", proxy)
         self.assert_unknown_package(first, "money_unknown")
-        second = self.charge("/v1/echarges")
-        self.assert_unknown_package(second, "money_unknown")
+        self.assert_unknown_package(self.charge("/v1/echarges", proxy), "money_unknown")
         intent = first.header("idemgate-intent")
-        mine = [e for e in self.open_escalations(self.proxy, self.run_id, "money_unknown")
-                if str(e["intent_id"]) == intent]
+        mine = [e for e in self.open_escalations(proxy, self.run_id, "money_unknown") if str(e["intent_id"]) == intent]
         self.assertEqual(len(mine), 1, mine)
-        self.assertEqual(len(self.writes("/v1/echarges")), 1)
-        wait_until(lambda: self.effects("/v1/echarges"), 10, "the lost write to land at the provider")
-        settled = self.charge("/v1/echarges")
+
+        with open(proxy.config_path, "w") as f:
+            f.write(config(ledger_url(self.BACKEND, proxy.dir), [tool("pay.esc", "/v1/echarges", port)]))
+        proxy.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: any(e.get("event") == "config_reloaded" for e in proxy.log_lines()), 10, "the reload")
+        settled = self.charge("/v1/echarges", proxy)
         self.assertEqual(settled.status, 200, settled.body)
         self.assertEqual(settled.header("idemgate-decision"), "reconciled")
-        self.assertEqual(settled.json()["id"], self.effects("/v1/echarges")[0]["id"])
-        after = [e for e in ops(self.proxy, "escalations", "list") if e["id"] == mine[0]["id"]]
+        effects = self.effects("/v1/echarges")
+        self.assertEqual(len(effects), 1)
+        self.assertEqual(settled.json()["id"], effects[0]["id"])
+        self.assertEqual(self.keys_seen("/v1/echarges"), {first.header("idemgate-key")})
+        after = [e for e in ops(proxy, "escalations", "list") if e["id"] == mine[0]["id"]]
         self.assertEqual(len(after), 1)
         self.assertNotEqual(after[0]["state"], "open", after[0])
-        self.assertEqual(len(self.writes("/v1/echarges")), 1)
-        self.assertEqual(len(self.effects("/v1/echarges")), 1)
+        self.assertEqual(self.open_escalations(proxy, self.run_id), [])
 
 
 class SqliteInline(InlineCases, unittest.TestCase):
