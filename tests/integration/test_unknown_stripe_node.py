@@ -62,9 +62,11 @@ CLEAN_ENV = {k: v for k, v in os.environ.items()
 
 
 def node_modules():
-    """build-test/node/node_modules with stripe and https-proxy-agent."""
-    directory = os.environ.get("IDEMGATE_STRIPE_NODE_DIR") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(BIN))), "node")
+    """node_modules with stripe and https-proxy-agent (build-test/node)."""
+    directory = os.environ.get("IDEMGATE_STRIPE_NODE_DIR")
+    if not directory:  # beside the build tree's proxy/idemgate, else in the temp dir
+        build = os.path.dirname(os.path.dirname(BIN)) if os.path.dirname(BIN) else tempfile.gettempdir()
+        directory = os.path.join(build, "node")
     if all(os.path.exists(os.path.join(directory, "node_modules", p.rsplit("@", 1)[0], "package.json"))
            for p in PACKAGES):
         return os.path.join(directory, "node_modules")
