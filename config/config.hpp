@@ -39,6 +39,9 @@ struct Ledger {
   int queue_limit = 1024;               // pending operations before ledger_busy
   Duration statement_timeout = std::chrono::seconds(5);
   std::uint64_t response_cap = 256 * 1024;  // stored response bytes for replay
+  // The HMAC key of fingerprints; empty: fingerprint.key beside a SQLite
+  // ledger file, ./var/fingerprint.key for PostgreSQL. Created 0600 if missing.
+  std::string fingerprint_key_file;
 };
 
 struct Tls {
@@ -88,8 +91,13 @@ struct Limits {
 };
 
 struct Redact {
-  std::vector<std::string> headers;  // besides Authorization, Proxy-Authorization, Cookie, Set-Cookie
-  std::vector<std::string> body;     // JSON pointers
+  // Besides the default credential headers (Authorization, Proxy-Authorization,
+  // Cookie, Set-Cookie, X-Api-Key, Api-Key, X-Auth-Token, ...; ledger/redact.cpp).
+  std::vector<std::string> headers;
+  std::vector<std::string> body;   // JSON pointers
+  // Query parameter names besides the default credential names (api_key,
+  // key, token, access_token, secret, password, signature, sig, ...).
+  std::vector<std::string> query;
 };
 
 struct Route {

@@ -119,6 +119,7 @@ const Fields<Ledger>& ledger_fields() {
       integer_field("queue_limit", &Ledger::queue_limit, 1, 1'000'000),
       field("statement_timeout", &Ledger::statement_timeout),
       size_field("response_cap", &Ledger::response_cap),
+      field("fingerprint_key_file", &Ledger::fingerprint_key_file),
   };
   return fields;
 }
@@ -182,6 +183,7 @@ const Fields<Redact>& redact_fields() {
   static const Fields<Redact> fields{
       field("headers", &Redact::headers),
       field("body", &Redact::body),
+      field("query", &Redact::query),
   };
   return fields;
 }

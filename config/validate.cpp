@@ -30,6 +30,13 @@ std::optional<std::string> header_name_error(std::string_view name) {
   return "bad header name '" + std::string(name) + "'";
 }
 
+std::optional<std::string> query_name_error(std::string_view name) {
+  if (name.empty()) return "empty query parameter name";
+  if (name.find_first_of("&=#? ") != std::string_view::npos)
+    return "bad query parameter name '" + std::string(name) + "' (write it decoded, without & = # ? or spaces)";
+  return std::nullopt;
+}
+
 class Checker {
  public:
   Checker(const Config& config, const SourceMap& positions, std::vector<ConfigError>& errors)
@@ -40,6 +47,7 @@ class Checker {
     check_pattern_list("tls.intercept_hosts", config_.tls.intercept_hosts, policy::host_glob_error);
     check_pattern_list("redact.body", config_.redact.body, policy::json_pointer_error);
     check_pattern_list("redact.headers", config_.redact.headers, header_name_error);
+    check_pattern_list("redact.query", config_.redact.query, query_name_error);
     check_pattern("runs.header", config_.runs.header, header_name_error);
     check_ledger();
     check_tls();

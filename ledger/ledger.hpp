@@ -149,6 +149,11 @@ class Ledger {
   std::size_t queued();
   const LedgerOptions& options() const noexcept { return options_; }
 
+  // The HMAC key of fingerprints (ledger.fingerprint_key_file): set once at
+  // start, before any request, and the same for every process of the ledger.
+  void set_fingerprint_key(std::string key) { fingerprint_key_ = std::move(key); }
+  std::string_view fingerprint_key() const noexcept { return fingerprint_key_; }
+
   // A queued unit of work; public only for the implementation's job types.
   class Job;
 
@@ -180,6 +185,7 @@ class Ledger {
   std::deque<std::unique_ptr<Job>> queue_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
+  std::string fingerprint_key_;
 };
 
 }  // namespace idemgate::ledger

@@ -29,6 +29,15 @@ Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& co
   return stores;
 }
 
+std::string fingerprint_key_path(const config::Ledger& config) {
+  if (!config.fingerprint_key_file.empty()) return config.fingerprint_key_file;
+  if (config.url.starts_with("sqlite:")) {
+    const std::filesystem::path db(config.url.substr(7));
+    return (db.has_parent_path() ? db.parent_path() / "fingerprint.key" : std::filesystem::path("fingerprint.key")).string();
+  }
+  return "./var/fingerprint.key";
+}
+
 Result<int> migrate(const config::Ledger& config) {
   auto single = config;
   single.pool_size = 1;

@@ -15,6 +15,10 @@ namespace idemgate::ledger {
 // config.pool_size stores, each connecting lazily on its first call.
 Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& config);
 
+// Where the fingerprint key lives: ledger.fingerprint_key_file, else
+// fingerprint.key beside a SQLite ledger file, else ./var/fingerprint.key.
+std::string fingerprint_key_path(const config::Ledger& config);
+
 // Applies the migrations the database lacks; returns the schema version.
 // errc::newer_schema when the database is ahead of this binary.
 Result<int> migrate(const config::Ledger& config);

@@ -1,14 +1,30 @@
-// Redaction of headers and bodies (see redact.hpp).
+// Redaction of headers, query parameters and bodies (see redact.hpp).
 #include "ledger/redact.hpp"
 
 #include <boost/json.hpp>
 
 #include <algorithm>
-#include <array>
+#include <iterator>
 #include <cctype>
 
 namespace idemgate::ledger {
+
 namespace {
+
+// Folded spellings (see folded()): X-Api-Key is xapikey.
+constexpr std::string_view default_secret_headers[]{
+    "authorization", "proxyauthorization", "cookie", "setcookie", "xapikey", "apikey", "xauthtoken",
+    "xaccesstoken", "xapitoken", "xgoogapikey", "xamzsecuritytoken", "ocpapimsubscriptionkey", "privatetoken",
+    "xvaulttoken", "xcsrftoken", "xxsrftoken", "xshopifyaccesstoken", "xauth", "auth", "xsecret",
+};
+constexpr std::string_view default_secret_query[]{
+    "apikey", "key", "token", "accesstoken", "refreshtoken", "idtoken", "authtoken", "auth", "authorization",
+    "secret", "clientsecret", "password", "passwd", "pwd", "pass", "signature", "sig", "xamzsignature",
+    "xamzcredential", "xamzsecuritytoken", "sessiontoken", "privatekey", "accesskey", "secretkey",
+};
+// A name holding one of these anywhere is a credential (x-stripe-secret-key, sessiontoken, ...).
+constexpr std::string_view credential_words[]{"apikey",    "token",      "secret", "password",     "passwd",
+                                               "signature", "credential", "cookie", "authorization"};
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
@@ -17,13 +33,36 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
-constexpr std::array<std::string_view, 4> always_secret{"Authorization", "Proxy-Authorization",
-                                                         "Cookie", "Set-Cookie"};
+// A credential's name in one spelling: lowercase, '-', '_' and '.' dropped,
+// so that API-Key, api_key and apikey are one name.
+std::string folded(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == '.') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+bool holds_credential_word(const std::string& name) {
+  return std::any_of(std::begin(credential_words), std::end(credential_words),
+                     [&](std::string_view word) { return name.find(word) != std::string::npos; });
+}
 
 bool is_secret_header(std::string_view name, const config::Redact& rules) {
   auto same = [&](std::string_view s) { return iequals(name, s); };
-  return std::any_of(always_secret.begin(), always_secret.end(), same) ||
-         std::any_of(rules.headers.begin(), rules.headers.end(), same);
+  if (std::any_of(rules.headers.begin(), rules.headers.end(), same)) return true;
+  const auto f = folded(name);
+  return std::find(std::begin(default_secret_headers), std::end(default_secret_headers), f) != std::end(default_secret_headers) ||
+         holds_credential_word(f);
+}
+
+bool is_secret_query_name(std::string_view decoded, const config::Redact& rules) {
+  const auto f = folded(decoded);
+  auto same = [&](const std::string& s) { return folded(s) == f; };
+  return std::find(std::begin(default_secret_query), std::end(default_secret_query), f) != std::end(default_secret_query) ||
+         holds_credential_word(f) || std::any_of(rules.query.begin(), rules.query.end(), same);
 }
 
 std::string_view header_value(const Headers& headers, std::string_view name) {
@@ -71,6 +110,28 @@ std::string percent_decode(std::string_view s) {
     } else {
       out += s[i];
     }
+  }
+  return out;
+}
+
+// The target's query with every credential parameter's value replaced.
+std::string redact_target_query(std::string_view target, const config::Redact& rules) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return std::string(target);
+  std::string out(target.substr(0, q + 1));
+  const auto query = target.substr(q + 1);
+  std::size_t pos = 0;
+  while (pos <= query.size()) {
+    auto amp = query.find('&', pos);
+    auto pair = query.substr(pos, amp == std::string_view::npos ? std::string_view::npos : amp - pos);
+    auto eq = pair.find('=');
+    if (pos > 0) out += '&';
+    if (is_secret_query_name(percent_decode(pair.substr(0, eq)), rules))
+      out += std::string(pair.substr(0, eq)) + "=%5Bredacted%5D";
+    else
+      out += pair;
+    if (amp == std::string_view::npos) break;
+    pos = amp + 1;
   }
   return out;
 }
@@ -123,13 +184,17 @@ std::string redact_body(std::string_view body, std::string_view content_type,
   return changed ? boost::json::serialize(doc) : std::string(body);
 }
 
+std::string redact_target(std::string_view target, const config::Redact& rules) {
+  return redact_target_query(target, rules);
+}
+
 std::string redact_request(const RequestSnapshot& request, const config::Redact& rules) {
   boost::json::array headers;
   for (const auto& [n, v] : redact_headers(request.headers, rules))
     headers.push_back(boost::json::array{boost::json::string(n), boost::json::string(v)});
   boost::json::object snapshot;
   snapshot["method"] = request.method;
-  snapshot["target"] = request.target;
+  snapshot["target"] = redact_target(request.target, rules);
   snapshot["headers"] = std::move(headers);
   auto body = redact_body(request.body, header_value(request.headers, "Content-Type"), rules);
   // A JSON body stays JSON, so an escalation package can quote its fields.

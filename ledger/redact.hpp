@@ -1,6 +1,9 @@
 // Redaction before anything reaches the ledger: request snapshots and stored
-// responses lose credentials (Authorization, Proxy-Authorization, Cookie,
-// Set-Cookie, the configured headers) and configured body fields.
+// responses lose credentials (the default credential headers: Authorization,
+// Proxy-Authorization, Cookie, Set-Cookie, X-Api-Key, Api-Key, X-Auth-Token
+// and the others in redact.cpp, plus redact.headers), the values of
+// credential query parameters (api_key, token, secret, sig, ... plus
+// redact.query) and configured body fields (redact.body).
 #pragma once
 
 #include "config/config.hpp"
@@ -22,8 +25,13 @@ struct RequestSnapshot {
   std::string body;
 };
 
-// Drops the always-secret headers and the configured ones (case-insensitive).
+// Drops the default credential headers and the configured ones (names
+// compared case-insensitively, '-', '_' and '.' ignored for the defaults).
 Headers redact_headers(const Headers& headers, const config::Redact& rules);
+
+// A request target ("/p?a=1&api_key=x" or an absolute URL) with the value of
+// every credential query parameter replaced by "%5Bredacted%5D".
+std::string redact_target(std::string_view target, const config::Redact& rules);
 
 // JSON bodies: the value at each configured JSON pointer becomes "[redacted]".
 // application/x-www-form-urlencoded bodies: the field named by the pointer

@@ -1,4 +1,4 @@
-// Canonical forms of requests and bodies, hashed with SHA-256.
+// Canonical forms of requests and bodies, hashed with HMAC-SHA256.
 #include "policy/fingerprint.hpp"
 
 #include "policy/json_parse.hpp"
@@ -9,6 +9,7 @@
 
 #include <boost/json/serialize.hpp>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,10 +26,14 @@ void append_field(std::string& out, std::string_view field) {
   out += '\n';
 }
 
-std::string sha256_hex(std::string_view data) {
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) return {};
+  static constexpr unsigned char no_key = 0;
+  const auto* key_bytes = key.empty() ? &no_key : reinterpret_cast<const unsigned char*>(key.data());
+  if (!HMAC(EVP_sha256(), key_bytes, static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+            data.size(), digest, &length))
+    return {};
   static constexpr char hex_digits[] = "0123456789abcdef";
   std::string hex;
   hex.reserve(length * 2);
@@ -233,7 +238,7 @@ std::vector<std::string> missing_required(const Tool& tool, const boost::json::v
 Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcept {
   Fingerprint result;
   try {
-    std::string material = "idemgate-fingerprint-v2\n";
+    std::string material = "idemgate-fingerprint-v3\n";
     append_field(material, tool.name);
     append_field(material, input.method);
     append_field(material, canonical_target(input, tool));
@@ -286,7 +291,7 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
     }
     append_field(material, std::to_string(static_cast<int>(result.body_kind)));
     append_field(material, canonical_body);
-    result.hex = sha256_hex(material);
+    result.hex = hmac_sha256_hex(input.key, material);
   } catch (...) {
     // Only allocation can fail here; an empty hex tells the caller to fail closed.
     result.hex.clear();

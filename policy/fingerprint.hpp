@@ -1,5 +1,7 @@
 // The fingerprint of a write: what makes two requests "the same intent".
-// SHA-256 (hex) over a canonical form of
+// HMAC-SHA256 (hex) under the deployment's fingerprint key, so that a
+// fingerprint in a log or a package says nothing about the body it was made
+// of (a card number cannot be guessed back from it), over a canonical form of
 //   tool name, method, normalised target (normalize.hpp, the same form the
 //   matcher reads: host lowercased without a trailing dot, default port
 //   dropped, unreserved escapes decoded, dot and empty segments resolved;
@@ -42,6 +44,7 @@ struct FingerprintInput {
   std::string_view content_type;      // the Content-Type header value, may be empty
   std::string_view body;
   HeaderView headers{};               // all request headers; only the configured ones are read
+  std::string_view key;               // the HMAC key (ledger.fingerprint_key_file); every process of one ledger has the same
 };
 
 enum class BodyKind { empty, json, form, raw };

@@ -152,6 +152,7 @@ asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_bu
   fin.content_type = c.req[http::field::content_type];
   fin.body = c.body;
   fin.headers = headers;
+  fin.key = c.ledger.fingerprint_key();
   c.fp = policy::fingerprint(fin, tool);
   c.missing = policy::missing_required(tool, c.fp.body ? &*c.fp.body : nullptr);
   c.malformed = c.fp.malformed;

@@ -1,6 +1,7 @@
 // The reconcile lookup (see query_reconcile.hpp).
 #include "proxy/query_reconcile.hpp"
 
+#include "policy/credentials.hpp"
 #include "policy/json_pointer.hpp"
 #include "policy/reconcile.hpp"
 #include "proxy/exchange.hpp"
@@ -27,10 +28,13 @@ asio::awaitable<QueryResult> ask_provider(Call& c) {
   StringRequest qr{http::string_to_verb(q.method), qt->origin_form, 11};
   qr.set(http::field::host, qt->authority());
   qr.set(http::field::accept_encoding, "identity");
-  // Asking the provider needs the credentials the agent sent it.
-  for (auto const& f : c.req) {
-    if (f.name() == http::field::authorization || beast::iequals(f.name_string(), "x-api-key"))
-      qr.set(f.name_string(), f.value());
+  // Asking the provider needs the credentials the agent sent it, which
+  // go only to the tool's own host, over HTTPS.
+  if (policy::may_forward_credentials(c.tool, c.target.host, qt->scheme, qt->host)) {
+    for (auto const& f : c.req) {
+      if (f.name() == http::field::authorization || beast::iequals(f.name_string(), "x-api-key"))
+        qr.set(f.name_string(), f.value());
+    }
   }
   ExchangeOptions lookup;
   lookup.answer_limit = c.cfg.limits.guarded_answer;

@@ -2,6 +2,7 @@
 #include "proxy/server.hpp"
 
 #include "ledger/ledger.hpp"
+#include "ledger/open_store.hpp"
 #include "proxy/admin_server.hpp"
 #include "proxy/ids.hpp"
 #include "proxy/listener.hpp"
@@ -10,6 +11,7 @@
 #include "tls/ca.hpp"
 #include "tls/client_context.hpp"
 #include "tls/leaf_minter.hpp"
+#include "tls/secret_file.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -126,6 +128,15 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
                                       ledger.error().message()}});
     return 1;
   }
+  // Fingerprints are keyed, so a logged one reveals nothing of its body.
+  auto const key_path = ledger::fingerprint_key_path(cfg->ledger);
+  auto const key = tls::load_or_create_key(key_path);
+  if (!key.error.empty()) {
+    log_event("fatal", {{"error", "fingerprint key: " + key.error}});
+    return 1;
+  }
+  if (key.created) log_event("fingerprint_key_created", {{"file", key_path}, {"mode", "0600"}});
+  (*ledger)->set_fingerprint_key(key.bytes);
   ReadTracker reads;
 
   // TLS: one verifying client context for every https:// upstream, and with

@@ -1,18 +1,15 @@
 // Creating, writing and loading idemgate's CA.
 #include "tls/ca.hpp"
 
+#include "tls/secret_file.hpp"
 #include "tls/x509_builder.hpp"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,64 +26,6 @@ namespace {
 constexpr std::chrono::seconds ca_lifetime{std::chrono::hours(24 * 3652)};  // 10 years
 
 std::string errno_text(int err) { return std::strerror(err); }
-
-// A file descriptor closed on every path out.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
-void sync_dir(const fs::path& dir) {
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
-  if (d.fd >= 0) ::fsync(d.fd);
-}
-
-// Puts `data` at `target` with `mode` such that no other user can ever read
-// it and no reader ever sees it half-written: the bytes go to a temp file
-// beside it created O_EXCL with `mode` from the start, are fsynced, then
-// link()ed into place (fails if target exists) or, to replace, rename()d.
-std::string place_file(const fs::path& target, std::string_view data, mode_t mode,
-                       bool replace) {
-  static std::atomic<unsigned> counter{0};
-  fs::path temp;
-  Fd out;
-  for (int tries = 0; out.fd < 0 && tries < 16; ++tries) {
-    temp = target;
-    temp += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    out.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (out.fd < 0 && errno != EEXIST) break;
-  }
-  if (out.fd < 0) return "cannot create " + temp.string() + ": " + errno_text(errno);
-
-  // umask may have narrowed `mode`; the key must be exactly owner read/write.
-  if (::fchmod(out.fd, mode) != 0 || !write_all(out.fd, data) || ::fsync(out.fd) != 0) {
-    int err = errno;
-    ::unlink(temp.c_str());
-    return "cannot write " + temp.string() + ": " + errno_text(err);
-  }
-  int placed = replace ? ::rename(temp.c_str(), target.c_str())
-                       : ::link(temp.c_str(), target.c_str());
-  int err = errno;
-  if (!replace || placed != 0) ::unlink(temp.c_str());
-  if (placed != 0) {
-    if (err == EEXIST) return target.string() + " already exists; pass --force to replace it";
-    return "cannot write " + target.string() + ": " + errno_text(err);
-  }
-  sync_dir(target.parent_path().empty() ? fs::path(".") : target.parent_path());
-  return {};
-}
 
 template <class Write>
 Result<std::string> to_pem(Write write, const char* what) {

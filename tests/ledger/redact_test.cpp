@@ -47,6 +47,35 @@ TEST_CASE("unit: redact_response caps the body and flags it") {
   CHECK(out.headers.empty());
 }
 
+TEST_CASE("unit: the default credential headers are dropped in any spelling") {
+  Headers in{{"X-Api-Key", "s1"},       {"api-key", "s2"},          {"X-Auth-Token", "s3"},
+             {"x-goog-api-key", "s4"},  {"X-Stripe-Secret", "s5"},  {"X-Session-Token", "s6"},
+             {"Ocp-Apim-Subscription-Key", "s7"}, {"Accept", "json"}, {"Idempotency-Key", "k"},
+             {"Content-Type", "application/json"}};
+  auto out = redact_headers(in, {});
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].first == "Accept");
+  CHECK(out[1].first == "Idempotency-Key");
+  CHECK(out[2].first == "Content-Type");
+}
+
+TEST_CASE("unit: credential query parameters are redacted in a stored target") {
+  idemgate::config::Redact r;
+  r.query = {"my_param"};
+  CHECK(redact_target("/v1/x?api_key=s1&limit=5&Token=s2&API-KEY=s3&client_secret=s4&sig=s5&my-param=s6&q=ok", r) ==
+        "/v1/x?api_key=%5Bredacted%5D&limit=5&Token=%5Bredacted%5D&API-KEY=%5Bredacted%5D&client_secret=%5Bredacted%5D"
+        "&sig=%5Bredacted%5D&my-param=%5Bredacted%5D&q=ok");
+  CHECK(redact_target("/v1/x?%61pi_key=s1&access%5Ftoken=s2", r) ==
+        "/v1/x?%61pi_key=%5Bredacted%5D&access%5Ftoken=%5Bredacted%5D");
+  CHECK(redact_target("http://h/v1/x?x-amz-signature=s&password", r) ==
+        "http://h/v1/x?x-amz-signature=%5Bredacted%5D&password=%5Bredacted%5D");
+  CHECK(redact_target("/v1/x", r) == "/v1/x");
+  CHECK(redact_target("/v1/x?", r) == "/v1/x?");
+  const auto snapshot = redact_request({"GET", "http://h/v1/x?key=PLANTED&n=1", {}, ""}, r);
+  CHECK(snapshot.find("PLANTED") == std::string::npos);
+  CHECK(snapshot.find("n=1") != std::string::npos);
+}
+
 LEDGER_CONFORMANCE(planted_secret, "a planted secret is stored nowhere") {
   auto ledger = open_ledger(backend, "replica-a", rules());
   RequestSnapshot snapshot{"POST",

@@ -267,3 +267,19 @@ TEST_CASE("a target that is not valid origin-form is escaped, never fails") {
   CHECK(fp("{}", "application/json", {}, "not-a-path%") != fp("{}", "application/json", {}, "/v1/charges"));
   CHECK(fp("{}", "application/json", {}, "/v1/%zz") == fp("{}", "application/json", {}, "/v1/%zz"));
 }
+
+TEST_CASE("fingerprints are HMAC-SHA256 under the deployment's key") {
+  FingerprintInput in{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
+                      .target = "/v1/charges", .content_type = "application/json",
+                      .body = R"({"card":{"number":"4242424242424242"}})"};
+  in.key = "key-one-0123456789abcdef0123456789";
+  const auto one = fingerprint(in, charge_tool()).hex;
+  CHECK(one.size() == 64);
+  CHECK(fingerprint(in, charge_tool()).hex == one);
+  in.key = "key-two-0123456789abcdef0123456789";
+  const auto two = fingerprint(in, charge_tool()).hex;
+  CHECK(two.size() == 64);
+  CHECK(two != one);
+  in.key = "";
+  CHECK(fingerprint(in, charge_tool()).hex != one);
+}
