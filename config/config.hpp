@@ -3,6 +3,7 @@
 #pragma once
 
 #include "policy/match.hpp"
+#include "policy/proxy_auth.hpp"
 #include "policy/tool.hpp"
 
 #include <cstdint>
@@ -31,6 +32,12 @@ struct Admin {
   Endpoint listen{"127.0.0.1", 8081};
   std::string token_file;  // empty: no token (refused on a non-loopback address)
   Notify notify;
+};
+
+struct Auth {
+  policy::AuthMode mode = policy::AuthMode::off;
+  std::string users_file;                 // NAME:pbkdf2-sha256$... lines (idemgate auth add-user)
+  std::vector<policy::UserEntry> users;   // read from users_file at load (and on every reload)
 };
 
 struct Ledger {
@@ -109,6 +116,7 @@ struct Config {
   std::string source_path;  // the file it came from
   Endpoint listen;
   Admin admin;
+  Auth auth;
   Ledger ledger;
   Tls tls;
   Runs runs;

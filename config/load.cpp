@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <tuple>
+#include <variant>
 
 namespace idemgate::config {
 
@@ -22,6 +23,48 @@ std::string format(const ConfigError& error) {
   }
   return out + ": " + error.message;
 }
+
+namespace {
+
+// auth.users_file is read with the config, so a reload (SIGHUP) also
+// reloads the users; its errors name the users file's line.
+void load_users(Config& config, const SourceMap& positions, std::vector<ConfigError>& errors) {
+  if (config.auth.mode != policy::AuthMode::required) return;
+  const auto& path = config.auth.users_file;
+  if (path.empty()) {
+    const auto where = positions.find("auth.mode");
+    errors.push_back({config.source_path, where.line, where.column,
+                      "auth.mode required needs auth.users_file (create it with: idemgate auth add-user FILE NAME)"});
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const auto where = positions.find("auth.users_file");
+    errors.push_back({config.source_path, where.line, where.column,
+                      "cannot read auth.users_file " + path + ": " + std::strerror(errno)});
+    return;
+  }
+  int line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line.front() == '#') continue;
+    auto parsed = policy::parse_user_line(line);
+    if (auto* why = std::get_if<std::string>(&parsed)) {
+      errors.push_back({path, line_number, 0, *why});
+      continue;
+    }
+    auto& entry = std::get<policy::UserEntry>(parsed);
+    if (policy::find_user(config.auth.users, entry.name)) {
+      errors.push_back({path, line_number, 0, "user '" + entry.name + "' appears twice"});
+      continue;
+    }
+    config.auth.users.push_back(std::move(entry));
+  }
+  if (config.auth.users.empty() && errors.empty())
+    errors.push_back({path, 0, 0, "no users: add one with idemgate auth add-user " + path + " NAME"});
+}
+
+}  // namespace
 
 LoadResult load_string(std::string_view yaml, const std::string& file_name) {
   LoadResult result;
@@ -44,6 +87,7 @@ LoadResult load_string(std::string_view yaml, const std::string& file_name) {
   config->admin.enabled = positions.written("admin.listen");
   normalise(*config);
   validate(*config, positions, result.errors);
+  load_users(*config, positions, result.errors);
   auto compiled = policy::ToolTable::compile(config->tools);
   for (const auto& tie : compiled.ties) {
     const auto where = positions.find("tools[" + std::to_string(tie.second) + "].match");

@@ -112,6 +112,14 @@ const Fields<Admin>& admin_fields() {
   return fields;
 }
 
+const Fields<Auth>& auth_fields() {
+  static const Fields<Auth> fields{
+      field("mode", &Auth::mode),
+      field("users_file", &Auth::users_file),
+  };
+  return fields;
+}
+
 const Fields<Ledger>& ledger_fields() {
   static const Fields<Ledger> fields{
       field("url", &Ledger::url),
@@ -202,6 +210,7 @@ const Fields<Config>& config_fields() {
   static const Fields<Config> fields{
       field("listen", &Config::listen),
       nested_field("admin", &Config::admin, admin_fields()),
+      nested_field("auth", &Config::auth, auth_fields()),
       nested_field("ledger", &Config::ledger, ledger_fields()),
       nested_field("tls", &Config::tls, tls_fields()),
       nested_field("runs", &Config::runs, runs_fields()),

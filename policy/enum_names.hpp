@@ -56,6 +56,11 @@ struct EnumNames<Unmatched> {
   static constexpr std::array<std::string_view, 2> names{"pass", "deny"};
 };
 
+template <>
+struct EnumNames<AuthMode> {
+  static constexpr std::array<std::string_view, 2> names{"off", "required"};
+};
+
 template <class E>
 constexpr std::string_view enum_name(E value) noexcept {
   const auto& names = EnumNames<E>::names;

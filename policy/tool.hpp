@@ -50,6 +50,9 @@ enum class FingerprintScope { run, global };
 
 enum class Unmatched { pass, deny };
 
+// Proxy authentication (config auth.mode): off, or Proxy-Authorization required.
+enum class AuthMode { off, required };
+
 struct MatchSpec {
   std::string host;       // exact or glob ("*.stripe.com"); lowercase
   std::uint16_t port = 0; // 0: any

@@ -1,6 +1,7 @@
 // idemgate's command line: wires the layers together and does nothing else.
 #include "config/check.hpp"
 #include "config/config.hpp"
+#include "proxy/auth_cli.hpp"
 #include "proxy/ops_cli.hpp"
 #include "proxy/server.hpp"
 #include "tls/ca.hpp"
@@ -23,6 +24,7 @@ constexpr std::string_view kUsage =
     "  idemgate serve --config FILE [--port-file FILE] [--admin-port-file FILE]\n"
     "  idemgate check-config FILE\n"
     "  idemgate ca init [--dir DIR] [--force]\n"
+    "  idemgate auth add-user FILE NAME [--iterations N]   (password on stdin)\n"
     "  idemgate ledger migrate --config FILE\n"
     "  idemgate escalations list|resolve ... --config FILE\n"
     "  idemgate intents show (--key K | --id N | --run R) --config FILE\n"
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
     std::vector<std::string_view> ca_args(rest.begin() + 1, rest.end());
     return idemgate::tls::ca_init_main(std::span<const std::string_view>(ca_args), std::cout, std::cerr);
   }
+  if (cmd == "auth") return idemgate::proxy::auth_main(std::span<const std::string_view>(rest), std::cin, std::cout, std::cerr);
   if (idemgate::proxy::is_ops_command(args)) return idemgate::proxy::run_ops_command(args, std::cout, std::cerr);
   return usage_error("unknown command '" + std::string(cmd) + "'");
 }

@@ -192,6 +192,10 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
                    [](std::exception_ptr e) { log_exception("accept_loop", e); });
   }
 
+  if (cfg->auth.mode == policy::AuthMode::off && !endpoint.address().is_loopback())
+    log_event("warning", {{"detail", "listening on " + endpoint.address().to_string() +
+                                         " with auth.mode off: anyone who can reach this address can spend any run's "
+                                         "budget and read other runs' replays; set auth: { mode: required, users_file }"}});
   log_event("listening", {{"address", endpoint.address().to_string()},
                           {"port", endpoint.port()},
                           {"threads", threads},

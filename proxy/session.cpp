@@ -10,6 +10,7 @@
 #include "proxy/http_rules.hpp"
 #include "proxy/log.hpp"
 #include "proxy/problem.hpp"
+#include "proxy/proxy_auth.hpp"
 #include "proxy/respond.hpp"
 #include "proxy/tunnel.hpp"
 #include "proxy/worker.hpp"
@@ -202,6 +203,18 @@ private:
     if (problem) {
       co_await write_problem(cfg, *problem, version);
       co_return false;
+    }
+    // One check for absolute-form, CONNECT and gateway routes alike; the
+    // requests inside an intercepted tunnel were authenticated by its CONNECT.
+    if (cfg.auth.mode == policy::AuthMode::required && !tls_origin_) {
+      auto const credential = req[http::field::proxy_authorization];
+      if (!co_await proxy_authenticated(cfg, credential)) {
+        Problem const p = proxy_auth_required(!credential.empty());
+        worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+        co_await send_problem(client_, p, version, false, cfg.timeouts.client_header, &proxy_auth_challenge());
+        if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
+        co_return false;
+      }
     }
     if (req.method() == http::verb::connect) {
       co_return co_await handle_connect(cfg, req, *target);
