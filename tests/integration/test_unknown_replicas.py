@@ -15,7 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from provider import Provider  # noqa: E402
 from unknown_common import (CHARGE, LedgerBackend, Proxy, UnknownAssertions, config,  # noqa: E402
-                            dispatch_in_background, new_run, retry_until_settled, tool)
+                            dispatch_in_background, new_run, retry_until_settled, shared_key_file, tool)
 
 ATTEMPT_S = 6  # twice B's own lease (its connect + idle + response + outcome_record)
 
@@ -27,10 +27,11 @@ class TwoReplicasTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
         with Provider(dedup=False) as provider:
             tools = [tool("pay.q", "/v1/charges", provider.port, mode="query", settle="1s", inline="2s")]
             ledger = self.ledger_for(None)
-            a = Proxy(config(ledger, tools, connect="1s", response="30s")).start()
+            key = shared_key_file()  # replicas of one ledger share its fingerprint key
+            a = Proxy(config(ledger, tools, connect="1s", response="30s", fingerprint_key_file=key)).start()
             self.addCleanup(a.stop)
             b = Proxy(config(ledger, tools, connect="500ms", response="500ms", idle="1s",
-                             outcome_record="1s")).start()
+                             outcome_record="1s", fingerprint_key_file=key)).start()
             self.addCleanup(b.stop)
             run = new_run()
             url = provider.url("/v1/charges")

@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import wait_until  # noqa: E402
 from provider import Provider  # noqa: E402
 from unknown_common import (CHARGE, LedgerBackend, Proxy, UnknownAssertions, config,  # noqa: E402
-                            dispatch_in_background, free_port, new_run, retry_until_settled, tool)
+                            dispatch_in_background, free_port, new_run, retry_until_settled, shared_key_file,
+                            tool)
 
 
 CHARGE_S = 6  # the old process drains it; long enough for the new one to start beside it
@@ -28,7 +29,10 @@ class RestartOverlapCases(UnknownAssertions):
             port = free_port()
             ledger = self.ledger_for(tempfile.mkdtemp(prefix="idemgate-restart-"))
             tools = [tool("pay.q", "/v1/charges", provider.port, mode="query", settle="1s", inline="2s")]
-            cfg = config(ledger, tools, listen="127.0.0.1:%d" % port, connect="1s", response="8s", drain="15s")
+            # The new process reads the old one's fingerprint key (on SQLite it
+            # lies beside the ledger file; on PostgreSQL it is configured).
+            cfg = config(ledger, tools, listen="127.0.0.1:%d" % port, connect="1s", response="8s", drain="15s",
+                         fingerprint_key_file=shared_key_file())
             old = Proxy(cfg).start()
             self.addCleanup(old.stop)
             run = new_run()

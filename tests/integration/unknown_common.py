@@ -5,6 +5,7 @@ import http.client
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -48,19 +49,28 @@ def tool(name, path, port, effect="money", mode="same_key", bound=2, ttl="15m", 
 
 
 def config(ledger, tools, listen="127.0.0.1:0", connect="1s", response="1s", idle="10s", drain="10s",
-           outcome_record=None):
+           outcome_record=None, fingerprint_key_file=None):
     """outcome_record=None leaves it at its default; an attempt's lease is
-    connect + idle + response + outcome_record of the process that began it."""
+    connect + idle + response + outcome_record of the process that began it.
+    Processes sharing one PostgreSQL ledger must share fingerprint_key_file
+    (by default each has its own ./var/fingerprint.key)."""
     timeouts = "client_header: 5s, upstream_connect: %s, upstream_response: %s, idle: %s, drain: %s" % (
         connect, response, idle, drain)
     if outcome_record:
         timeouts += ", outcome_record: %s" % outcome_record
+    key = ', fingerprint_key_file: "%s"' % fingerprint_key_file if fingerprint_key_file else ""
     return ("listen: {listen}\nthreads: 2\n"
-            "ledger: {{ url: \"{ledger}\" }}\n"
+            "ledger: {{ url: \"{ledger}\"{key} }}\n"
             "egress: {{ allow_hosts: [\"*\"], allow_loopback: true, allow_private: true }}\n"
             "timeouts: {{ {timeouts} }}\n"
             "runs: {{ budget: 100000 }}\n"
-            "tools:\n").format(listen=listen, ledger=ledger, timeouts=timeouts) + "".join(tools)
+            "tools:\n").format(listen=listen, ledger=ledger, timeouts=timeouts, key=key) + "".join(tools)
+
+
+def shared_key_file():
+    """A fingerprint key path for processes that share one ledger (created
+    by the first of them)."""
+    return os.path.join(tempfile.mkdtemp(prefix="idemgate-key-"), "fingerprint.key")
 
 
 def free_port():
