@@ -19,8 +19,23 @@ struct Problem {
   boost::json::object extra;             // further members (tool, run, ...)
 };
 
-// The JSON body, with type "urn:idemgate:problem:<reason_code>".
+// The JSON body, with type "urn:idemgate:problem:<reason_code>". Besides the
+// RFC 9457 members it carries `error: {type, code, message}`: Stripe-style
+// and OpenAI-style SDKs raise only when the body has an `error` member, so
+// without it they would take a refusal for a successful object.
 std::string problem_json(const Problem&);
+boost::json::object problem_object(const Problem&);
+
+// error.type: "idemgate_refusal" (a package with a terminal), "idemgate_wait"
+// (in_flight, reconciling, retry_after: a retry is safe later), else
+// "idemgate_error" (the proxy's own errors: malformed request, upstream
+// unreachable, ...).
+std::string_view problem_error_type(const Problem&);
+
+// error.message: one sentence a model or a log reader can act on: the title
+// and detail, then the question for a human, the key and attempts/bound
+// when the problem has them.
+std::string problem_message(const Problem&);
 
 // Canned problems for the proxy's own errors.
 Problem bad_request(std::string detail);

@@ -7,7 +7,6 @@ stored one, replayed."""
 import http.client
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import BIN, Proxy, wait_until  # noqa: E402
+from node_deps import CLEAN_ENV, UNDICI_6, node, node_modules  # noqa: E402
 from tls_upstream import HttpsProvider, TestCa  # noqa: E402
 
 CHARGE = {"amount": 1000, "currency": "eur", "customer": "cus_1"}
@@ -52,28 +52,6 @@ tools:
     reconcile: {{ mode: same_key, ttl: 15m }}
 """
 
-# Proxies set by the environment the tests run in must not reroute clients.
-CLEAN_ENV = {k: v for k, v in os.environ.items()
-             if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
-CLEAN_ENV.update({"NO_PROXY": "", "no_proxy": ""})
-
-
-def node_undici_dir():
-    """A directory whose node_modules holds undici 6, installed with npm on
-    first use. No npm is a failure, never a skip."""
-    directory = os.environ.get("IDEMGATE_NODE_DIR") or os.path.join(tempfile.gettempdir(), "idemgate-node-undici")
-    if os.path.exists(os.path.join(directory, "node_modules", "undici", "package.json")):
-        return directory
-    npm = shutil.which("npm")
-    if not npm:
-        raise AssertionError("npm is not installed: the Node client test needs `npm install undici@6` "
-                             "(install nodejs and npm, scripts/packages.txt)")
-    os.makedirs(directory, exist_ok=True)
-    out = subprocess.run([npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", directory, "undici@6"],
-                         capture_output=True, timeout=300, env=CLEAN_ENV)
-    if out.returncode != 0:
-        raise AssertionError("npm install undici@6 failed:\n" + out.stderr.decode(errors="replace"))
-    return directory
 
 
 NODE_CLIENT = r"""
@@ -188,11 +166,9 @@ class TlsTest(unittest.TestCase):
         self.assert_one_effect_replayed(json.loads(out.stdout))
 
     def test_node_fetch_through_undici_proxy_agent(self):
-        node = shutil.which("node")
-        self.assertIsNotNone(node, "node (Node 20) is not installed")
-        directory = node_undici_dir()
-        env = dict(CLEAN_ENV, NODE_EXTRA_CA_CERTS=self.proxy_ca, NODE_PATH=os.path.join(directory, "node_modules"))
-        out = subprocess.run([node, "-e", NODE_CLIENT, "http://127.0.0.1:%d" % self.proxy.port,
+        modules = node_modules("undici6", UNDICI_6)
+        env = dict(CLEAN_ENV, NODE_EXTRA_CA_CERTS=self.proxy_ca, NODE_PATH=modules)
+        out = subprocess.run([node(), "-e", NODE_CLIENT, "http://127.0.0.1:%d" % self.proxy.port,
                               self.provider.url("/v1/charges"), json.dumps(CHARGE), "run-node"],
                              capture_output=True, timeout=120, env=env)
         self.assertEqual(out.returncode, 0, out.stderr.decode())
