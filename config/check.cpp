@@ -2,6 +2,7 @@
 #include "config/check.hpp"
 
 #include "config/config.hpp"
+#include "config/warnings.hpp"
 
 namespace idemgate::config {
 
@@ -11,6 +12,7 @@ int check_config_main(const std::string& path, std::ostream& out, std::ostream& 
     for (const auto& error : result.errors) err << format(error) << '\n';
     return 2;
   }
+  for (const auto& warning : warnings(*result.config)) err << "warning: " << format(warning) << '\n';
   const auto count = result.config->tools.size();
   out << "ok: " << count << " tools\n";
   return 0;

@@ -1,6 +1,7 @@
 // Threads, acceptors, signals, drain and reload (see server.hpp).
 #include "proxy/server.hpp"
 
+#include "config/warnings.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/open_store.hpp"
 #include "proxy/admin_server.hpp"
@@ -107,10 +108,15 @@ boost::json::object process_totals(const std::vector<std::unique_ptr<Worker>>& w
           {"log_lines_dropped", log.dropped}};
 }
 
+void log_config_warnings(const config::Config& cfg) {
+  for (auto const& w : config::warnings(cfg)) log_event("config_warning", {{"detail", config::format(w)}});
+}
+
 }  // namespace
 
 int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options) {
   ConfigSource source(cfg);
+  log_config_warnings(*cfg);
   unsigned const threads = cfg->threads ? cfg->threads : std::max(1u, std::thread::hardware_concurrency());
 
   boost::system::error_code ec;
@@ -246,6 +252,7 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
             loaded.config->admin.notify.url != cfg->admin.notify.url ||
             loaded.config->admin.notify.secret != cfg->admin.notify.secret)
           log_event("config_reload_warning", {{"detail", "admin changes need a restart; kept the old admin settings"}});
+        log_config_warnings(*loaded.config);
         source.set(loaded.config);
         server_stats.config_reloads.fetch_add(1, std::memory_order_relaxed);
         log_event("config_reloaded", {{"config", options.config_path}, {"tools", loaded.config->tools.size()}});

@@ -1,10 +1,11 @@
 // The client side of the proxy: header reading with raw checks, dispatch to
-// forward, guard or tunnel, TLS interception of CONNECT (the same pipeline
-// then runs on the decrypted requests), gateway routes, problem answers,
-// keep-alive and drain.
+// forward, guard or tunnel, interception of CONNECT (the same pipeline then
+// runs on the requests inside: decrypted TLS, or plain HTTP), gateway
+// routes, problem answers, keep-alive and drain.
 #include "proxy/session.hpp"
 
 #include "proxy/connect.hpp"
+#include "proxy/connect_plan.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/guard.hpp"
 #include "proxy/http_rules.hpp"
@@ -28,7 +29,6 @@
 #include <chrono>
 
 #include "policy/match.hpp"
-#include "policy/pattern.hpp"
 
 namespace idemgate::proxy {
 
@@ -219,7 +219,7 @@ private:
     if (req.method() == http::verb::connect) {
       co_return co_await handle_connect(cfg, req, *target);
     }
-    if (tls_origin_) {
+    if (tunnel_origin_) {
       // The CONNECT named the run; the requests inside the tunnel do not.
       if (!connect_run_.empty() && req[cfg.runs.header].empty()) req.set(cfg.runs.header, connect_run_);
       if (!connect_auth_.empty() && req[http::field::proxy_authorization].empty())
@@ -291,24 +291,25 @@ private:
       return bad_request("Transfer-Encoding must be exactly 'chunked'");
     }
     if (req.method() == http::verb::connect) {
-      if (tls_origin_) return bad_request("CONNECT inside an intercepted TLS connection is not supported");
+      if (tunnel_origin_) return bad_request("CONNECT inside a CONNECT tunnel is not supported");
       target = parse_authority_target(req.target());
       if (!target) return bad_request("CONNECT needs an authority-form target host:port");
       return std::nullopt;
     }
-    if (tls_origin_) {
+    if (tunnel_origin_) {
       std::string_view const t = req.target();
       if (!t.empty() && t.front() == '/') {
-        target = *tls_origin_;
+        target = *tunnel_origin_;
         target->origin_form = std::string(t);
         return std::nullopt;
       }
       target = parse_absolute_target(t);
-      if (!target || target->scheme != "https" || target->host != tls_origin_->host ||
-          target->port != tls_origin_->port) {
+      if (!target || target->scheme != tunnel_origin_->scheme || target->host != tunnel_origin_->host ||
+          target->port != tunnel_origin_->port) {
         target.reset();
-        return bad_request("inside the TLS connection to " + tls_origin_->authority() +
-                           " the target must be origin-form (/path) or an https:// URL for that origin");
+        return bad_request("inside the CONNECT tunnel to " + tunnel_origin_->authority() +
+                           " the target must be origin-form (/path) or a " + tunnel_origin_->scheme +
+                           ":// URL for that origin");
       }
       return std::nullopt;
     }
@@ -341,13 +342,22 @@ private:
     return proxy::route_target(best->prefix, best->upstream, origin);
   }
 
-  // CONNECT host:port: intercepted (TLS terminated here, requests served
-  // like plain ones) when the host has tools or is in tls.intercept_hosts,
-  // else a blind tunnel unless unmatched is deny.
+  // CONNECT host:port, as plan_connect decides: intercepted (the same
+  // pipeline then serves the requests inside: TLS terminated here, or plain
+  // HTTP when the client's first byte is not a TLS handshake), a blind
+  // tunnel, or refused (a host with tools while tls.intercept is off is
+  // 403 intercept_required, never tunnelled blind past its tools).
   asio::awaitable<bool> handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                        const Target& target) {
     bool const can_intercept = cfg.tls.intercept && worker_.tls().minter;
-    if (can_intercept && should_intercept(cfg, target)) {
+    auto const plan = plan_connect(cfg, target, can_intercept);
+    if (plan.action == ConnectAction::refuse) {
+      if (plan.problem->reason_code == "intercept_required")
+        log_event("intercept_required", {{"host", target.host}, {"port", target.port}, {"detail", plan.problem->detail}});
+      co_await write_problem(cfg, *plan.problem, 11);
+      co_return false;
+    }
+    if (plan.action == ConnectAction::intercept) {
       if (auto v = check_egress_host(target, cfg); !v.allowed) {
         worker_.stats().egress_denied.fetch_add(1, std::memory_order_relaxed);
         Problem const p = egress_denied(target.host + " is not allowed: " + v.reason);
@@ -356,26 +366,8 @@ private:
       }
       co_return co_await intercept(cfg, req, target);
     }
-    if (cfg.unmatched == policy::Unmatched::deny) {
-      Problem const p{403, "policy_deny", "No tool matches",
-                      "CONNECT " + target.host + ":" + std::to_string(target.port) +
-                          " would be a blind tunnel (no tool can match inside it) and unmatched is deny"};
-      co_await write_problem(cfg, p, 11);
-      co_return false;
-    }
     co_await run_tunnel(client_, buffer_, target, cfg, worker_);
     co_return false;
-  }
-
-  static bool should_intercept(const config::Config& cfg, const Target& target) {
-    for (auto const& t : cfg.tools) {
-      if ((t.match.port == 0 || t.match.port == target.port) && policy::host_matches(t.match.host, target.host))
-        return true;
-    }
-    for (auto const& glob : cfg.tls.intercept_hosts) {
-      if (policy::host_matches(glob, target.host)) return true;
-    }
-    return false;
   }
 
   asio::awaitable<bool> intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
@@ -384,6 +376,32 @@ private:
     client_.expires_after(cfg.timeouts.client_header);
     auto [wec, wn] = co_await asio::async_write(client_, asio::buffer(kEstablished, sizeof kEstablished - 1), use_tuple);
     if (wec) co_return false;
+    // The client speaks first: its first byte tells TLS from plain HTTP.
+    if (buffer_.size() == 0) {
+      client_.expires_after(cfg.timeouts.client_header);
+      auto [rec, rn] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
+      if (rec) co_return false;
+      buffer_.commit(rn);
+    }
+    bool const tls = starts_tls_handshake(*static_cast<const unsigned char*>(buffer_.data().data()));
+    if (tls && !co_await accept_tls(cfg, target)) co_return false;
+    if (request_log_enabled())
+      log_event("request", {{"method", "CONNECT"}, {"host", target.host}, {"port", target.port}, {"status", 200},
+                            {"intercepted", tls ? "tls" : "http"}});
+    Target origin;
+    origin.scheme = tls ? "https" : "http";
+    origin.host = target.host;
+    origin.port = target.port;
+    origin.host_is_ip = target.host_is_ip;
+    origin.origin_form = "/";
+    tunnel_origin_ = std::move(origin);
+    connect_run_ = std::string(req[cfg.runs.header]);
+    connect_auth_ = std::string(req[http::field::proxy_authorization]);
+    co_return !worker_.draining();
+  }
+
+  // The TLS handshake with the agent, over a leaf minted for the host.
+  asio::awaitable<bool> accept_tls(const config::Config& cfg, const Target& target) {
     // Minting runs on the minter's pool; a cached leaf comes straight back.
     std::string const host = target.host;
     auto minted = co_await worker_.tls().minter->async_mint(host, asio::use_awaitable);
@@ -394,7 +412,7 @@ private:
     }
     auto& tls = client_.start_tls(*minted.value);
     client_.expires_after(cfg.timeouts.client_header);
-    // Bytes the client sent right behind the CONNECT header are its hello.
+    // The bytes read so far are the start of the client's hello.
     auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, buffer_.data(), use_tuple);
     buffer_.consume(buffer_.size());
     if (hec) {
@@ -402,16 +420,7 @@ private:
       co_return false;
     }
     worker_.stats().intercepted.fetch_add(1, std::memory_order_relaxed);
-    Target origin;
-    origin.scheme = "https";
-    origin.host = target.host;
-    origin.port = target.port;
-    origin.host_is_ip = target.host_is_ip;
-    origin.origin_form = "/";
-    tls_origin_ = std::move(origin);
-    connect_run_ = std::string(req[cfg.runs.header]);
-    connect_auth_ = std::string(req[http::field::proxy_authorization]);
-    co_return !worker_.draining();
+    co_return true;
   }
 
   asio::awaitable<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
@@ -425,7 +434,7 @@ private:
   Worker& worker_;
   bool idle_ = true;
   bool body_unread_ = false;
-  std::optional<Target> tls_origin_;  // set once a CONNECT was intercepted
+  std::optional<Target> tunnel_origin_;  // set once a CONNECT was intercepted (https, or http inside)
   std::string connect_run_;           // the CONNECT's run header, for the requests inside
   std::string connect_auth_;          // and its Proxy-Authorization
 };
