@@ -3,6 +3,7 @@
 
 #include "policy/json_parse.hpp"
 #include "policy/json_pointer.hpp"
+#include "policy/mcp.hpp"
 #include "policy/normalize.hpp"
 #include "policy/pattern.hpp"
 #include "policy/percent.hpp"
@@ -271,7 +272,10 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
         result.body_kind = BodyKind::json;
         result.body = parsed;
         for (const auto& pointer : ignore) erase_pointer(parsed, pointer);
-        canonical_body = canonical_json(parsed);
+        // An MCP tools/call is its name and arguments: the JSON-RPC id and
+        // params._meta change on every re-issue of the same call.
+        auto mcp = tool.match.mcp_tool.empty() ? std::nullopt : mcp_call_material(parsed);
+        canonical_body = mcp ? std::move(*mcp) : canonical_json(parsed);
       }
     } else if (is_form_content_type(input.content_type)) {
       result.body_kind = BodyKind::form;

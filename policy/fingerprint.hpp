@@ -16,8 +16,9 @@
 //       '+' as space, pairs sorted by key (order among one key's repeats,
 //       a[]=1&a[]=2, is kept: it is a list);
 //     anything else: the raw bytes.
-//   fingerprint.ignore pointers are removed first. For MCP tools the
-//   JSON-RPC "/id" is always ignored: it changes on every call by design.
+//   fingerprint.ignore pointers are removed first. For MCP tools a
+//   tools/call body counts only as params.name + canonical params.arguments
+//   (policy/mcp.hpp): never the JSON-RPC id or params._meta.
 // A body declared JSON that does not parse is hashed as raw bytes and flagged
 // malformed; nothing here throws.
 #pragma once

@@ -2,11 +2,9 @@
 // lookup order (exact host, then globs longest suffix first, then "*").
 #include "policy/match.hpp"
 
+#include "policy/mcp.hpp"
 #include "policy/normalize.hpp"
 #include "policy/percent.hpp"
-
-#include <boost/json/parse.hpp>
-#include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -236,21 +234,9 @@ TargetMatch ToolTable::match_target(const TargetRequest& request) const {
 }
 
 std::optional<std::string> mcp_tool_name(std::string_view body) noexcept {
-  try {
-    boost::system::error_code ec;
-    const auto value = boost::json::parse(body, ec);
-    if (ec || !value.is_object()) return std::nullopt;
-    const auto& request = value.get_object();
-    const auto* method = request.if_contains("method");
-    if (!method || !method->is_string() || method->get_string() != "tools/call") return std::nullopt;
-    const auto* params = request.if_contains("params");
-    if (!params || !params->is_object()) return std::nullopt;
-    const auto* name = params->get_object().if_contains("name");
-    if (!name || !name->is_string()) return std::nullopt;
-    return std::string(name->get_string());
-  } catch (...) {
-    return std::nullopt;
-  }
+  auto request = inspect_mcp_request({}, body);
+  if (request.kind != McpKind::tools_call) return std::nullopt;
+  return std::move(request.tool);
 }
 
 }  // namespace idemgate::policy

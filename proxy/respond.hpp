@@ -1,4 +1,5 @@
-// Writing answers the proxy makes itself (problem+json) to a client stream.
+// Writing answers the proxy makes itself (problem+json, JSON-RPC for MCP
+// clients) to a client stream.
 #pragma once
 
 #include "proxy/problem.hpp"
@@ -8,6 +9,9 @@
 #include <boost/beast/http/fields.hpp>
 
 #include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace idemgate::proxy {
 
@@ -16,5 +20,12 @@ namespace idemgate::proxy {
 boost::asio::awaitable<bool> send_problem(ProxyStream& client, const Problem& p, unsigned version,
                                           bool keep_alive, std::chrono::milliseconds timeout,
                                           const boost::beast::http::fields* extra_headers = nullptr);
+
+// Writes a body the proxy made itself with this content type (a JSON-RPC
+// answer to an MCP client), no-store, bounded by timeout.
+boost::asio::awaitable<bool> send_own_answer(ProxyStream& client, unsigned status, std::string_view content_type,
+                                             std::string body, std::optional<unsigned> retry_after_s,
+                                             unsigned version, bool keep_alive, std::chrono::milliseconds timeout,
+                                             const boost::beast::http::fields* extra_headers = nullptr);
 
 }  // namespace idemgate::proxy

@@ -10,6 +10,7 @@
 #include "proxy/guard.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/log.hpp"
+#include "proxy/mcp_answer.hpp"
 #include "proxy/problem.hpp"
 #include "proxy/proxy_auth.hpp"
 #include "proxy/respond.hpp"
@@ -29,6 +30,7 @@
 #include <chrono>
 
 #include "policy/match.hpp"
+#include "policy/mcp.hpp"
 
 namespace idemgate::proxy {
 
@@ -240,7 +242,20 @@ private:
         }
         co_return false;
       }
-      if (auto name = policy::mcp_tool_name(*body)) mcp_tool = std::move(*name);
+      std::vector<policy::Header> headers;
+      for (auto const& f : req) headers.push_back({f.name_string(), f.value()});
+      auto const mcp = policy::inspect_mcp_request(headers, *body);
+      if (mcp.kind == policy::McpKind::header_mismatch) {
+        // SEP-2243: a gateway matching on the headers and a server running
+        // the body must never disagree about which tool is called.
+        Problem const p = bad_request(mcp.mismatch);
+        std::string answer = mcp_error_body(p, mcp.id, -32001);
+        worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+        co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
+                                 cfg.timeouts.client_header);
+        co_return false;
+      }
+      if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
     }
     policy::TargetMatch matched;
     if (cfg.tool_table)
@@ -269,12 +284,13 @@ private:
     co_return r.client_keep_alive && !worker_.draining();
   }
 
-  // A POST with a JSON body to a host that has MCP tools: the tool name is in
-  // the body, so it must be read before matching.
+  // A POST with a JSON body (or the Mcp-Method header) while some tool is an
+  // MCP tool: the tool name is in the body (and, since 2026-07-28, mirrored
+  // in Mcp-Name), and both are compared before matching.
   static bool may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg) {
     if (req.method() != http::verb::post) return false;
     auto ct = req[http::field::content_type];
-    if (ct.find("json") == std::string_view::npos) return false;
+    if (ct.find("json") == std::string_view::npos && req.find("Mcp-Method") == req.end()) return false;
     return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
   }
 
