@@ -4,6 +4,7 @@
 #include "ledger/ledger.hpp"
 #include "policy/reason.hpp"
 #include "proxy/log.hpp"
+#include "proxy/mcp_answer.hpp"
 #include "proxy/messages.hpp"
 #include "proxy/outcome_recorder.hpp"
 #include "proxy/respond.hpp"
@@ -60,9 +61,18 @@ asio::awaitable<ForwardResult> write_problem(Call& c, const Problem& p, const ch
   fill_idemgate_headers(c, extra);
   if (should_retry && !c.tool.should_retry_header.empty()) extra.set(c.tool.should_retry_header, should_retry);
   c.worker.stats().problems.fetch_add(1, std::memory_order_relaxed);
-  bool const ok = co_await send_problem(c.client, p, c.version, c.keep_alive, c.cfg.timeouts.client_header, &extra);
+  bool ok = false;
+  if (c.is_mcp) {
+    // The MCP client's tool result, so that the model reads why: an SDK
+    // turns a non-2xx answer to its POST into a transport error and the
+    // tool result is lost. Idemgate-* headers as for any refusal.
+    ok = co_await send_own_answer(c.client, 200, "application/json", mcp_refusal_body(p, c.mcp.id), p.retry_after_s,
+                                  c.version, c.keep_alive, c.cfg.timeouts.client_header, &extra);
+  } else {
+    ok = co_await send_problem(c.client, p, c.version, c.keep_alive, c.cfg.timeouts.client_header, &extra);
+  }
   if (c.reason_code.empty()) c.reason_code = p.reason_code;
-  log_decision(c, p.status);
+  log_decision(c, c.is_mcp ? 200 : p.status);
   co_return ForwardResult{ok && c.keep_alive};
 }
 
@@ -103,10 +113,21 @@ asio::awaitable<ForwardResult> answer_replay(Call& c) {
   if (!intent.response) {
     // Settled by an operator (complete with a receipt): the receipt is the answer.
     json::object done{{"receipt", intent.receipt}, {"idempotency_key", intent.key}, {"settled_by", "operator"}};
-    intent.response = ledger::StoredResponse{200, {{"Content-Type", "application/json"}}, json::serialize(done), false};
+    std::string body = json::serialize(done);
+    if (c.is_mcp) {
+      // An MCP client reads a tool result (its id is set by the replay).
+      std::string text = "Completed by an operator; receipt: " + intent.receipt + "; idempotency key: " + intent.key;
+      json::object result{{"content", json::array{json::object{{"type", "text"}, {"text", std::move(text)}}}},
+                          {"structuredContent", std::move(done)}};
+      body = json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", nullptr}, {"result", std::move(result)}});
+    }
+    intent.response = ledger::StoredResponse{200, {{"Content-Type", "application/json"}}, std::move(body), false};
   }
   auto const& stored = *intent.response;
-  StringResponse res = client_response(stored.status, stored.headers, stored.body, c.version, c.keep_alive);
+  auto headers = stored.headers;
+  auto body = stored.body;
+  if (c.is_mcp) shape_mcp_replay(headers, body, c.mcp.id, c.req["Mcp-Session-Id"]);
+  StringResponse res = client_response(stored.status, headers, std::move(body), c.version, c.keep_alive);
   // The stored body was cut at ledger.response_cap: say so, never pass it
   // off as the whole answer.
   if (stored.truncated) res.set("Idemgate-Replay-Truncated", "true");

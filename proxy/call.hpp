@@ -8,6 +8,7 @@
 #include "ledger/types.hpp"
 #include "policy/decide.hpp"
 #include "policy/fingerprint.hpp"
+#include "policy/mcp.hpp"
 #include "policy/tool.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/stream.hpp"
@@ -56,6 +57,9 @@ struct Call {
   std::vector<std::string> missing;  // required fields absent from the body
   bool malformed = false;
   bool keep_alive = false;
+  // An MCP tools/call: answered in JSON-RPC terms, with the requester's id.
+  bool is_mcp = false;
+  policy::McpRequest mcp;
 
   // What the ledger holds for it (writes), and what this request did.
   std::optional<ledger::Intent> intent;

@@ -1,6 +1,7 @@
 // One upstream send of a guarded call (see dispatch.hpp).
 #include "proxy/dispatch.hpp"
 
+#include "proxy/mcp_answer.hpp"
 #include "proxy/messages.hpp"
 
 #include <boost/beast/http/message.hpp>
@@ -44,6 +45,16 @@ asio::awaitable<Sent> send_upstream(Call& c, std::string_view key) {
   if (answered) hv = header_view(s.answer.response);
   policy::Answer a{s.answer.outcome, answered ? s.answer.response.result_int() : 0, hv};
   s.cls = policy::classify(a, c.tool, s.at);
+  // An MCP server answers 200 whatever the tool did: the JSON-RPC message
+  // inside (a JSON body or an SSE event) says what happened.
+  if (c.is_mcp && answered && s.cls.answer_class == policy::AnswerClass::ok) {
+    auto const& r = s.answer.response;
+    if (auto mcp = classify_mcp_answer(r[boost::beast::http::field::content_type], r.body(), c.tool)) {
+      s.cls.answer_class = *mcp;
+      s.cls.should_retry = policy::is_retryable(*mcp);
+      s.cls.reason = "MCP JSON-RPC message";
+    }
+  }
   s.egress_refused = s.answer.problem && s.answer.problem->reason_code == "egress_denied";
   if (s.egress_refused) s.cls.answer_class = policy::AnswerClass::policy_deny;
   co_return s;

@@ -154,6 +154,10 @@ asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_bu
   fin.headers = headers;
   fin.key = c.ledger.fingerprint_key();
   c.fp = policy::fingerprint(fin, tool);
+  if (!tool.match.mcp_tool.empty()) {
+    c.is_mcp = true;
+    c.mcp = policy::inspect_mcp_request(headers, c.body);
+  }
   c.missing = policy::missing_required(tool, c.fp.body ? &*c.fp.body : nullptr);
   c.malformed = c.fp.malformed;
   c.keep_alive = c.req.keep_alive() && !worker.draining();

@@ -67,6 +67,16 @@ std::string mcp_replay_body(std::string_view content_type, std::string_view body
 
 bool is_mcp_session_header(std::string_view name) noexcept { return policy::iequals(name, "Mcp-Session-Id"); }
 
+void shape_mcp_replay(HeaderList& headers, std::string& body, const json::value& id,
+                      std::string_view requester_session) {
+  std::string content_type;
+  for (auto const& [name, value] : headers)
+    if (policy::iequals(name, "Content-Type")) content_type = value;
+  body = mcp_replay_body(content_type, body, id);
+  std::erase_if(headers, [](const auto& h) { return is_mcp_session_header(h.first); });
+  if (!requester_session.empty()) headers.emplace_back("Mcp-Session-Id", std::string(requester_session));
+}
+
 std::string mcp_refusal_body(const Problem& p, const json::value& id) {
   std::string text = "idemgate refused this call (" + p.reason_code + "). " + problem_message(p);
   json::object result{

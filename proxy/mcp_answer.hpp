@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace idemgate::proxy {
 
@@ -38,6 +40,14 @@ std::string mcp_replay_body(std::string_view content_type, std::string_view body
 // Response headers tied to the session that first got the answer: dropped
 // from replays (Mcp-Session-Id).
 bool is_mcp_session_header(std::string_view name) noexcept;
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// A stored answer made this requester's: its JSON-RPC id (mcp_replay_body),
+// no session header of the first requester, the requester's own
+// Mcp-Session-Id when it sent one.
+void shape_mcp_replay(HeaderList& headers, std::string& body, const boost::json::value& id,
+                      std::string_view requester_session);
 
 // A refusal as the MCP client's tool result: {"jsonrpc":"2.0","id":id,
 // "result":{"content":[{"type":"text","text":...}],"structuredContent":

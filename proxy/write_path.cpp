@@ -11,6 +11,7 @@
 #include "proxy/dispatch.hpp"
 #include "proxy/ids.hpp"
 #include "proxy/log.hpp"
+#include "proxy/mcp_answer.hpp"
 #include "proxy/messages.hpp"
 #include "proxy/outcome_recorder.hpp"
 #include "proxy/query_reconcile.hpp"
@@ -297,6 +298,8 @@ class WritePath {
       // stored as its first bytes, marked truncated.
       o.response = ledger::StoredResponse{s.answer.response.result_int(), headers_of(s.answer.response),
                                           s.answer.response.body(), s.answer.tail != nullptr};
+      // A session id is the first requester's: never stored for another.
+      if (c_.is_mcp) std::erase_if(o.response->headers, [](const auto& h) { return is_mcp_session_header(h.first); });
     }
     if (o.state == ledger::IntentState::retryable || (o.state == ledger::IntentState::unknown && settled.waive))
       o.retry_after = s.cls.retry_after ? *s.cls.retry_after : std::chrono::milliseconds(0);

@@ -73,6 +73,18 @@ TEST_CASE("replay: a stream keeps its response event, with the requester's id an
   CHECK(message.at("result").at("content").at(0).at("text") == "T-1");
 }
 
+TEST_CASE("replay: the first requester's session header never reaches another; the requester keeps its own") {
+  HeaderList headers{{"Content-Type", "application/json"}, {"mcp-session-id", "session-of-a"}};
+  std::string body = R"({"jsonrpc":"2.0","id":1,"result":{"content":[]}})";
+  shape_mcp_replay(headers, body, json::value(2), "session-of-b");
+  REQUIRE(headers.size() == 2);
+  CHECK(headers[1] == std::pair<std::string, std::string>{"Mcp-Session-Id", "session-of-b"});
+  CHECK(json::parse(body).at("id") == 2);
+  HeaderList none{{"Content-Type", "application/json"}, {"Mcp-Session-Id", "session-of-a"}};
+  shape_mcp_replay(none, body, json::value(3), "");
+  CHECK(none.size() == 1);
+}
+
 TEST_CASE("the message inside an answer decides its class") {
   auto const tool = write_tool();
   CHECK(classify_mcp_answer("text/event-stream", kSse, tool) == policy::AnswerClass::ok);
