@@ -105,9 +105,11 @@ class ClientGuideTest(unittest.TestCase):
                 for _ in range(2):
                     self.run_snippet(name, language, code, run)
                 self.assertEqual(len(provider.effects_snapshot()) - before, 1, name)
+                # The log is written off the network thread: wait for both lines.
                 decisions = wait_until(
-                    lambda: [e["decision"] for e in self.proxy.log_lines()
-                             if e.get("event") == "decision" and e.get("run") == run] or None, 10, "decisions")
+                    lambda: (lambda d: d if len(d) >= 2 else None)(
+                        [e["decision"] for e in self.proxy.log_lines()
+                         if e.get("event") == "decision" and e.get("run") == run]), 10, "two decision lines")
                 self.assertEqual(decisions[0], "forwarded", (name, decisions))
                 self.assertTrue(len(decisions) >= 2 and all(d == "replayed" for d in decisions[1:]),
                                 (name, decisions))

@@ -4,10 +4,9 @@ with its own CA (NODE_EXTRA_CA_CERTS) and talks verified TLS to the provider.
 The provider makes the charge, then drops the connection: idemgate
 reconciles with the same key inside the request, and `charges.create`
 resolves with the real charge id, one effect. Both packages are installed
-with npm on first use into the build tree; no npm is a failure."""
+with npm on first use into the build tree (node_deps); no npm is a failure."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,9 +14,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import BIN, Proxy  # noqa: E402
+from node_deps import CLEAN_ENV, STRIPE, node, node_modules  # noqa: E402
 from tls_upstream import HttpsProvider, TestCa  # noqa: E402
-
-PACKAGES = ("stripe@17", "https-proxy-agent@7")
 
 CONFIG = """\
 listen: 127.0.0.1:0
@@ -57,36 +55,10 @@ stripe.charges.create({ amount: 2000, currency: 'eur', source: 'tok_visa' })
   });
 """
 
-CLEAN_ENV = {k: v for k, v in os.environ.items()
-             if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
-
-
-def node_modules():
-    """node_modules with stripe and https-proxy-agent (build-test/node)."""
-    directory = os.environ.get("IDEMGATE_STRIPE_NODE_DIR")
-    if not directory:  # beside the build tree's proxy/idemgate, else in the temp dir
-        build = os.path.dirname(os.path.dirname(BIN)) if os.path.dirname(BIN) else tempfile.gettempdir()
-        directory = os.path.join(build, "node")
-    if all(os.path.exists(os.path.join(directory, "node_modules", p.rsplit("@", 1)[0], "package.json"))
-           for p in PACKAGES):
-        return os.path.join(directory, "node_modules")
-    npm = shutil.which("npm")
-    if not npm:
-        raise AssertionError("npm is not installed: this test needs `npm install %s` (scripts/packages.txt)"
-                             % " ".join(PACKAGES))
-    os.makedirs(directory, exist_ok=True)
-    out = subprocess.run([npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", directory, *PACKAGES],
-                         capture_output=True, timeout=300, env=CLEAN_ENV)
-    if out.returncode != 0:
-        raise AssertionError("npm install %s failed:\n%s" % (" ".join(PACKAGES), out.stderr.decode(errors="replace")))
-    return os.path.join(directory, "node_modules")
-
-
 class StripeNodeTest(unittest.TestCase):
     def test_charges_create_resolves_with_the_real_charge_after_a_drop(self):
-        node = shutil.which("node")
-        self.assertIsNotNone(node, "node (Node 20) is not installed")
-        modules = node_modules()
+        node_bin = node()
+        modules = node_modules("stripe", STRIPE)
         directory = tempfile.mkdtemp(prefix="idemgate-stripe-")
         test_ca = TestCa(directory)
         ca_dir = os.path.join(directory, "idemgate-ca")
@@ -97,7 +69,7 @@ class StripeNodeTest(unittest.TestCase):
             self.addCleanup(proxy.stop)
             provider.script("commit_then_drop")
             env = dict(CLEAN_ENV, NODE_EXTRA_CA_CERTS=os.path.join(ca_dir, "ca.pem"), NODE_PATH=modules)
-            out = subprocess.run([node, "-e", CLIENT, "http://run-stripe:x@127.0.0.1:%d" % proxy.port,
+            out = subprocess.run([node_bin, "-e", CLIENT, "http://run-stripe:x@127.0.0.1:%d" % proxy.port,
                                   str(provider.port)], capture_output=True, timeout=120, env=env)
             self.assertEqual(out.returncode, 0, "charges.create failed: " + out.stderr.decode())
             result = json.loads(out.stdout)
