@@ -208,7 +208,7 @@ private:
     }
     // One check for absolute-form, CONNECT and gateway routes alike; the
     // requests inside an intercepted tunnel were authenticated by its CONNECT.
-    if (cfg.auth.mode == policy::AuthMode::required && !tls_origin_) {
+    if (cfg.auth.mode == policy::AuthMode::required && !tunnel_origin_) {
       auto const credential = req[http::field::proxy_authorization];
       if (!co_await proxy_authenticated(cfg, credential)) {
         Problem const p = proxy_auth_required(!credential.empty());
