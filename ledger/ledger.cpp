@@ -36,6 +36,16 @@ class Ledger::Job {
   // multi-row statement, whose results come back through keep().
   virtual ReserveRequest* reservation() noexcept { return nullptr; }
   virtual void keep(Result<Reservation>) {}
+  // Non-null for a run charge: the charges of a batch are one
+  // Store::count_calls, whose results come back through keep_charge().
+  virtual ChargeRequest* charge() noexcept { return nullptr; }
+  virtual void keep_charge(Result<RunCharge>) {}
+  // After the reservations and the charges: the attempt to begin, if any
+  // (one Store::begin_attempts for the batch), its result to keep_start().
+  virtual std::optional<AttemptRequest> first_attempt() { return std::nullopt; }
+  virtual void keep_start(Result<AttemptStart>) {}
+  // More than one Store call: needs a transaction even when alone.
+  virtual bool multi_step() const noexcept { return false; }
 
   const Order order;
 };
@@ -105,7 +115,69 @@ class ReserveJob final : public Ledger::Job {
   Completion<Reservation, Handler> complete_;
 };
 
-Ledger::Order runs_order(const std::string& run) { return {Ledger::Order::runs, run, 0}; }
+template <class Handler>
+class ChargeJob final : public Ledger::Job {
+ public:
+  ChargeJob(ChargeRequest request, Handler handler, LedgerStats& stats)
+      : Job({Ledger::Order::runs, request.run, 0}), request_(std::move(request)), complete_(std::move(handler), stats) {}
+  void run(Store& store) override { keep_charge(std::move(store.count_calls({&request_, 1}).front())); }
+  void finish() override { complete_(std::move(*result_)); }
+  void fail(error_code why) override { complete_(Result<RunCharge>(why)); }
+  ChargeRequest* charge() noexcept override { return &request_; }
+  void keep_charge(Result<RunCharge> result) override { result_.emplace(std::move(result)); }
+
+ private:
+  ChargeRequest request_;
+  std::optional<Result<RunCharge>> result_;
+  Completion<RunCharge, Handler> complete_;
+};
+
+template <class Handler>
+class AdmitJob final : public Ledger::Job {
+ public:
+  AdmitJob(AdmitRequest request, Handler handler, LedgerStats& stats)
+      : Job({Ledger::Order::reservations, {}, 0}),
+        charge_{request.reserve.run, request.budget, CallKind::write},
+        request_(std::move(request)),
+        complete_(std::move(handler), stats) {}
+  void run(Store&) override {}  // multi_step: run_batch drives it
+  bool multi_step() const noexcept override { return true; }
+  ReserveRequest* reservation() noexcept override { return &request_.reserve; }
+  void keep(Result<Reservation> result) override { reservation_.emplace(std::move(result)); }
+  ChargeRequest* charge() noexcept override { return &charge_; }
+  void keep_charge(Result<RunCharge> result) override { charge_result_.emplace(std::move(result)); }
+  std::optional<AttemptRequest> first_attempt() override {
+    if (!request_.first_attempt || !reservation_ || !*reservation_ || !charge_result_ || !*charge_result_)
+      return std::nullopt;
+    if ((*reservation_)->outcome != ReserveOutcome::reserved || (*charge_result_)->outcome != ChargeOutcome::counted)
+      return std::nullopt;
+    const Intent& intent = (*reservation_)->intent;
+    return AttemptRequest{intent.id, intent.state, intent.attempts, request_.first_attempt->max_attempts,
+                          request_.first_attempt->lease};
+  }
+  void keep_start(Result<AttemptStart> result) override { start_.emplace(std::move(result)); }
+  void finish() override {
+    if (!reservation_ || !charge_result_) return complete_(Result<Admission>(error_code(errc::storage_failure)));
+    if (!*reservation_) return complete_(Result<Admission>(reservation_->error()));
+    if (!*charge_result_) return complete_(Result<Admission>(charge_result_->error()));
+    Admission admission{**charge_result_, std::move(**reservation_), std::nullopt};
+    if (start_) {
+      if (!*start_) return complete_(Result<Admission>(start_->error()));
+      admission.start = std::move(**start_);
+    }
+    complete_(Result<Admission>(std::move(admission)));
+  }
+  void fail(error_code why) override { complete_(Result<Admission>(why)); }
+
+ private:
+  ChargeRequest charge_;
+  AdmitRequest request_;
+  std::optional<Result<Reservation>> reservation_;
+  std::optional<Result<RunCharge>> charge_result_;
+  std::optional<Result<AttemptStart>> start_;
+  Completion<Admission, Handler> complete_;
+};
+
 Ledger::Order intent_order(std::int64_t id) { return {Ledger::Order::intents, {}, id}; }
 const Ledger::Order unlocked{Ledger::Order::unlocked, {}, 0};
 const Ledger::Order alone{Ledger::Order::alone, {}, 0};
@@ -165,7 +237,8 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     }
   }
   if (!why) {
-    ready_.notify_one();
+    // Not every worker may take every call (one writer): wake them all.
+    ready_.notify_all();
     return true;
   }
   if (why == errc::busy) stats_.busy_rejections.fetch_add(1, std::memory_order_relaxed);
@@ -173,14 +246,28 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
   return false;
 }
 
-std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::unique_lock<std::mutex>&) {
+namespace {
+
+// Calls that lock rows: one writer at a time takes them (see ledger.hpp).
+bool locks_rows(const Ledger::Order& order) {
+  return order.phase == Ledger::Order::reservations || order.phase == Ledger::Order::intents ||
+         order.phase == Ledger::Order::runs;
+}
+
+}  // namespace
+
+bool Ledger::takeable(const Job& job) const { return !writing_ || !locks_rows(job.order); }
+
+std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
   std::vector<std::unique_ptr<Job>> batch;
-  batch.push_back(std::move(queue_.front()));
-  queue_.pop_front();
+  auto first = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return takeable(*job); });
+  if (first == queue_.end()) return batch;
+  batch.push_back(std::move(*first));
+  queue_.erase(first);
   if (batch.front()->order.phase == Order::alone) return batch;
   // Group commit: every call waiting now joins this transaction.
   for (auto it = queue_.begin(); it != queue_.end() && batch.size() < options_.max_batch;) {
-    if ((*it)->order.phase != Order::alone) {
+    if ((*it)->order.phase != Order::alone && takeable(**it)) {
       batch.push_back(std::move(*it));
       it = queue_.erase(it);
     } else {
@@ -194,26 +281,47 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::unique_lock<st
 }
 
 void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
-  std::vector<Job*> reservers;
-  for (auto& job : batch)
+  std::vector<Job*> reservers, chargers;
+  for (auto& job : batch) {
     if (job->reservation()) reservers.push_back(job.get());
+    if (job->charge()) chargers.push_back(job.get());
+  }
+  // Runs by id: the lock order (stable: one run's calls keep their order).
+  std::stable_sort(chargers.begin(), chargers.end(),
+                   [](Job* a, Job* b) { return a->charge()->run < b->charge()->run; });
   auto body = [&] {
-    for (auto& job : batch) {
-      if (!job->reservation()) {
-        job->run(store);
-      } else if (job.get() == reservers.front()) {
-        // The batch's reservations: one multi-row statement.
-        std::vector<ReserveRequest> requests;
-        requests.reserve(reservers.size());
-        for (auto* r : reservers) requests.push_back(std::move(*r->reservation()));
-        auto results = store.reserve_intents(requests);
-        for (std::size_t i = 0; i < reservers.size(); ++i)
-          reservers[i]->keep(std::move(results[i]));
+    if (!reservers.empty()) {
+      // The batch's reservations: one multi-row statement.
+      std::vector<ReserveRequest> requests;
+      requests.reserve(reservers.size());
+      for (auto* r : reservers) requests.push_back(std::move(*r->reservation()));
+      auto results = store.reserve_intents(requests);
+      for (std::size_t i = 0; i < reservers.size(); ++i) reservers[i]->keep(std::move(results[i]));
+    }
+    for (auto& job : batch)
+      if (!job->reservation() && !job->charge()) job->run(store);
+    if (!chargers.empty()) {
+      std::vector<ChargeRequest> requests;
+      requests.reserve(chargers.size());
+      for (auto* c : chargers) requests.push_back(*c->charge());
+      auto results = store.count_calls(requests);
+      for (std::size_t i = 0; i < chargers.size(); ++i) chargers[i]->keep_charge(std::move(results[i]));
+    }
+    // Last: intents this batch reserved itself, locked by it already.
+    std::vector<Job*> starters;
+    std::vector<AttemptRequest> starts;
+    for (auto& job : batch)
+      if (auto start = job->first_attempt()) {
+        starters.push_back(job.get());
+        starts.push_back(*start);
       }
+    if (!starts.empty()) {
+      auto results = store.begin_attempts(starts, options_.replica_id);
+      for (std::size_t i = 0; i < starters.size(); ++i) starters[i]->keep_start(std::move(results[i]));
     }
   };
   error_code failed;
-  if (batch.size() == 1)
+  if (batch.size() == 1 && !batch.front()->multi_step())
     body();  // its own transaction: no savepoint needed
   else
     failed = store.batch(body);
@@ -233,13 +341,27 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
 void Ledger::work(Store& store) {
   for (;;) {
     std::vector<std::unique_ptr<Job>> batch;
+    bool writer = false;
     {
       std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      ready_.wait(lock, [&] {
+        return stopping_ || std::any_of(queue_.begin(), queue_.end(), [&](const auto& j) { return takeable(*j); });
+      });
       if (queue_.empty()) return;
-      batch = take_batch(lock);
+      batch = take_batch();
+      writer = batch.front()->order.phase != Order::alone &&
+               std::any_of(batch.begin(), batch.end(), [](const auto& j) { return locks_rows(j->order); });
+      if (writer) writing_ = true;
     }
     run_batch(store, batch);
+    if (writer) {
+      {
+        std::lock_guard lock(mutex_);
+        writing_ = false;
+      }
+      // The calls that queued up meanwhile are the next batch.
+      ready_.notify_all();
+    }
   }
 }
 
@@ -263,6 +385,17 @@ Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSna
         using Handler = decltype(handler);
         enqueue(std::make_unique<ReserveJob<Handler>>(std::move(request), std::move(handler),
                                                       stats_));
+      },
+      asio::use_awaitable);
+}
+
+Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
+  stats_.calls.fetch_add(1, std::memory_order_relaxed);
+  request.reserve.request_snapshot = redact_request(snapshot, options_.redact);
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<Admission>)>(
+      [this, request = std::move(request)](auto handler) mutable {
+        using Handler = decltype(handler);
+        enqueue(std::make_unique<AdmitJob<Handler>>(std::move(request), std::move(handler), stats_));
       },
       asio::use_awaitable);
 }
@@ -329,10 +462,14 @@ Awaitable<std::vector<Intent>> Ledger::list_unescalated_unknowns(int limit) {
 }
 
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
-  auto order = runs_order(run);
-  return call<RunCharge>(std::move(order), [run = std::move(run), budget, kind](Store& s) {
-    return s.count_call(run, budget, kind);
-  });
+  stats_.calls.fetch_add(1, std::memory_order_relaxed);
+  ChargeRequest request{std::move(run), budget, kind};
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<RunCharge>)>(
+      [this, request = std::move(request)](auto handler) mutable {
+        using Handler = decltype(handler);
+        enqueue(std::make_unique<ChargeJob<Handler>>(std::move(request), std::move(handler), stats_));
+      },
+      asio::use_awaitable);
 }
 
 Awaitable<Run> Ledger::find_run(std::string run) {
@@ -340,22 +477,19 @@ Awaitable<Run> Ledger::find_run(std::string run) {
 }
 
 Awaitable<Run> Ledger::freeze_run(std::string run, std::string reason) {
-  auto order = runs_order(run);
-  return call<Run>(std::move(order), [run = std::move(run), reason = std::move(reason)](Store& s) {
+  return call<Run>(alone, [run = std::move(run), reason = std::move(reason)](Store& s) {
     return s.set_run_state(run, RunState::frozen, reason);
   });
 }
 
 Awaitable<Run> Ledger::unfreeze_run(std::string run) {
-  auto order = runs_order(run);
-  return call<Run>(std::move(order), [run = std::move(run)](Store& s) {
+  return call<Run>(alone, [run = std::move(run)](Store& s) {
     return s.set_run_state(run, RunState::active, "");
   });
 }
 
 Awaitable<Run> Ledger::kill_run(std::string run, std::string reason) {
-  auto order = runs_order(run);
-  return call<Run>(std::move(order), [run = std::move(run), reason = std::move(reason)](Store& s) {
+  return call<Run>(alone, [run = std::move(run), reason = std::move(reason)](Store& s) {
     return s.set_run_state(run, RunState::killed, reason);
   });
 }

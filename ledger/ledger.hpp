@@ -10,14 +10,26 @@
 // not_found) rolls back that call only. Results are posted after the commit;
 // a batch whose transaction fails (connection lost, commit failed) fails
 // every call in it with that error (unavailable: nothing is known written).
-// Reservations in a batch are still one multi-row statement. A caller awaits
-// each call before the next, so batching never reorders one caller's calls.
-// Within a batch, calls take their locks in one global order (reservations,
-// intents by id, the calls that lock nothing, then runs by id) so that
-// concurrent batches, in this process or another replica, do not deadlock.
-// Runs come last because one run's row is hot (every call of the run counts
-// on it): taken last, it is held only from the end of a batch to its commit,
-// and another worker's batch runs the rest of its calls meanwhile.
+// A caller awaits each call before the next, so batching never reorders one
+// caller's calls.
+//
+// One writer: calls that lock rows (reservations, intents, run charges) are
+// taken by one worker at a time. While its commit is in flight the others
+// serve only the calls that lock nothing, and every locking call arriving
+// meanwhile waits for the writer's next batch: the batch grows with the
+// load (tens of calls at 64 connections) instead of being split across
+// workers that would only queue behind each other on the run's row lock.
+// Within a batch the reservations are one multi-row statement, the run
+// charges one Store::count_calls (by run id) and the first attempts one
+// Store::begin_attempts.
+//
+// Lock order, so that concurrent batches (another replica's) do not
+// deadlock: reservations, intents by id, the calls that lock nothing, runs
+// by id, and last the first attempts of intents this batch itself reserved
+// (rows no other transaction can hold). Runs come late because one run's
+// row is hot (every call of the run counts on it): it is held only from the
+// end of a batch to its commit. Run state changes lock in an order of their
+// own and run alone.
 //
 // Every call completes with a Result; errors to expect on the request path:
 // busy and unavailable (answer 503 ledger_unavailable, dispatch nothing),
@@ -56,7 +68,7 @@ using Awaitable = boost::asio::awaitable<Result<T>>;
 struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
   std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::busy
-  std::size_t max_batch = 64;          // calls committed together (one transaction) at most
+  std::size_t max_batch = 256;         // calls committed together (one transaction) at most
   std::uint64_t response_cap = 256 * 1024;
   config::Redact redact;
 };
@@ -98,6 +110,9 @@ class Ledger {
 
   // SPEC section 2 step 7. The snapshot is redacted before it is stored.
   Awaitable<Reservation> reserve_intent(ReserveRequest request, RequestSnapshot snapshot);
+  // A guarded write's run charge, reservation and (see AdmitRequest) first
+  // attempt: one transaction, sharing its durable commit with the batch.
+  Awaitable<Admission> admit(AdmitRequest request, RequestSnapshot snapshot);
   // Steps 3-6: may this process dispatch attempt n+1 now, given the state the
   // verdict was made from? (Store::begin_attempt: compare-and-set, leased.)
   Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
@@ -174,7 +189,9 @@ class Ledger {
   // false when the queue is full (or the ledger is stopping).
   bool enqueue(std::unique_ptr<Job> job);
   void work(Store& store);
-  std::vector<std::unique_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
+  // The next batch this worker may take (empty: none now). Under mutex_.
+  std::vector<std::unique_ptr<Job>> take_batch();
+  bool takeable(const Job& job) const;
 
   LedgerOptions options_;
   LedgerStats stats_;
@@ -184,6 +201,7 @@ class Ledger {
   std::condition_variable ready_;
   std::deque<std::unique_ptr<Job>> queue_;
   bool stopping_ = false;
+  bool writing_ = false;  // a worker runs a batch holding locking calls
   std::vector<std::thread> workers_;
   std::string fingerprint_key_;
 };

@@ -463,6 +463,60 @@ Result<AttemptStart> PgStore::begin_attempt(const AttemptRequest& r, const std::
   });
 }
 
+std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const AttemptRequest> requests,
+                                                          const std::string& replica) {
+  if (requests.size() == 1) return {begin_attempt(requests.front(), replica)};
+  std::vector<Result<AttemptStart>> results(requests.size(), error_code(errc::invalid_argument));
+  auto batch = transact([&](pqxx::dbtransaction& w) {
+    // begin_attempt's compare-and-set for many intents: one UPDATE, one
+    // INSERT of the attempts, one read back, whatever the count.
+    std::string values, ids;
+    for (const auto& r : requests) {
+      values += (values.empty() ? "(" : ",(") + std::to_string(r.intent_id) + "::bigint," +
+                q(w, to_string(r.expected_state)) + "," + std::to_string(r.expected_attempts) + "," +
+                std::to_string(r.max_attempts) + "," + std::to_string(r.lease.count()) + "::bigint)";
+      ids += (ids.empty() ? "" : ",") + std::to_string(r.intent_id);
+    }
+    std::map<std::int64_t, int> started;
+    for (const auto& row : w.exec(
+             "WITH v(id, expected_state, expected_attempts, max_attempts, lease_ms) AS (VALUES " + values +
+             "), begun AS (UPDATE intents SET state = 'dispatched', attempts = intents.attempts + 1, "
+             "updated_at = now(), lease_until = now() + v.lease_ms * interval '1 millisecond' FROM v "
+             "WHERE intents.id = v.id AND intents.state = v.expected_state AND intents.attempts = v.expected_attempts "
+             "AND intents.attempts - intents.waived < v.max_attempts AND (intents.retry_not_before IS NULL OR "
+             "intents.retry_not_before <= now()) AND " + sql_state_guard(dispatchable_states(), "intents.state") +
+             " RETURNING intents.id, intents.attempts, intents.lease_until), "
+             "recorded AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
+             "SELECT id, attempts, " + q(w, replica) + ", 'dispatched', lease_until FROM begun) "
+             "SELECT id, attempts FROM begun"))
+      started[row[0].as<long long>()] = row[1].as<int>();
+    std::map<std::int64_t, Intent> now;
+    for (const auto& row : w.exec(select_intents("id IN (" + ids + ")"))) {
+      auto intent = read_intent(PgRow(row));
+      now[intent.id] = std::move(intent);
+    }
+    std::vector<Result<AttemptStart>> done;
+    for (const auto& r : requests) {
+      auto found = now.find(r.intent_id);
+      if (found == now.end()) {
+        done.emplace_back(error_code(errc::not_found));
+        continue;
+      }
+      auto s = started.find(r.intent_id);
+      if (s != started.end())
+        done.emplace_back(AttemptStart{AttemptOutcome::started, s->second, found->second});
+      else
+        done.emplace_back(AttemptStart{refusal_reason(found->second, r), 0, found->second});
+    }
+    return done;
+  });
+  if (!batch) {
+    for (auto& r : results) r = batch.error();
+    return results;
+  }
+  return std::move(*batch);
+}
+
 Result<Intent> PgStore::record_outcome(const Outcome& o) {
   return transact([&](pqxx::dbtransaction& w) {
     bool with_attempt = o.attempt > 0;
@@ -581,6 +635,55 @@ Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budge
     return RunCharge{counted ? ChargeOutcome::counted : charge_refusal(current, kind),
                      current.calls, current.budget};
   });
+}
+
+std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeRequest> requests) {
+  if (requests.size() == 1) return {count_call(requests.front().run, requests.front().budget, requests.front().kind)};
+  std::vector<Result<RunCharge>> results(requests.size(), error_code(errc::invalid_argument));
+  auto batch = transact([&](pqxx::dbtransaction& w) {
+    // Every run of the batch locked once, in run id order, and counted in
+    // one UPDATE: a run's row is taken once per batch, not once per call.
+    std::map<std::string, std::int64_t> budgets;
+    for (const auto& r : requests) budgets.emplace(r.run, r.budget);
+    std::string rows, ids;
+    for (const auto& [run, budget] : budgets) {
+      rows += (rows.empty() ? "(" : ",(") + q(w, run) + "," + std::to_string(budget) + ")";
+      ids += (ids.empty() ? "" : ",") + q(w, run);
+    }
+    w.exec("INSERT INTO runs (run_id, budget) VALUES " + rows + " ON CONFLICT (run_id) DO NOTHING");
+    std::map<std::string, Run> runs;
+    for (const auto& row : w.exec("SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id IN (" + ids +
+                                  ") ORDER BY run_id FOR UPDATE")) {
+      PgRow r(row);
+      runs[r.text(0)] = Run{r.text(0), parse_run_state(r.text(1)).value_or(RunState::killed), r.int64(2),
+                            r.int64(3), r.text(4)};
+    }
+    std::map<std::string, std::int64_t> added;
+    std::vector<Result<RunCharge>> done;
+    for (const auto& r : requests) {
+      auto& run = runs.at(r.run);
+      bool const open = run.state == RunState::active || (run.state == RunState::frozen && r.kind == CallKind::read);
+      if (open && run.calls < run.budget) {
+        ++run.calls;
+        ++added[r.run];
+        done.emplace_back(RunCharge{ChargeOutcome::counted, run.calls, run.budget});
+      } else {
+        done.emplace_back(RunCharge{charge_refusal(run, r.kind), run.calls, run.budget});
+      }
+    }
+    std::string counts;
+    for (const auto& [run, n] : added)
+      counts += (counts.empty() ? "(" : ",(") + q(w, run) + "," + std::to_string(n) + ")";
+    if (!counts.empty())
+      w.exec("UPDATE runs SET calls = calls + v.n, updated_at = now() FROM (VALUES " + counts +
+             ") v(id, n) WHERE runs.run_id = v.id");
+    return done;
+  });
+  if (!batch) {
+    for (auto& r : results) r = batch.error();
+    return results;
+  }
+  return std::move(*batch);
 }
 
 Result<Run> PgStore::find_run(const std::string& run) {

@@ -56,6 +56,15 @@ class Store {
   virtual Result<AttemptStart> begin_attempt(const AttemptRequest& request,
                                              const std::string& replica) = 0;
 
+  // begin_attempt for each request, in request order. One result per request.
+  virtual std::vector<Result<AttemptStart>> begin_attempts(std::span<const AttemptRequest> requests,
+                                                           const std::string& replica) {
+    std::vector<Result<AttemptStart>> out;
+    out.reserve(requests.size());
+    for (const auto& r : requests) out.push_back(begin_attempt(r, replica));
+    return out;
+  }
+
   // Settles an attempt (or an intent without one, see Outcome). Rejected with
   // errc::illegal_transition when the intent is not in a state the move may
   // start from (completed never goes back; the answer of an attempt is
@@ -89,6 +98,14 @@ class Store {
   // call is a write, or the budget is spent.
   virtual Result<RunCharge> count_call(const std::string& run, std::int64_t budget,
                                        CallKind kind) = 0;
+  // count_call for each request, in request order (a batch passes them
+  // sorted by run: the lock order). One result per request.
+  virtual std::vector<Result<RunCharge>> count_calls(std::span<const ChargeRequest> requests) {
+    std::vector<Result<RunCharge>> out;
+    out.reserve(requests.size());
+    for (const auto& r : requests) out.push_back(count_call(r.run, r.budget, r.kind));
+    return out;
+  }
   virtual Result<Run> find_run(const std::string& run) = 0;
   // active <-> frozen; any -> killed; killed is final (illegal_transition).
   virtual Result<Run> set_run_state(const std::string& run, RunState state,

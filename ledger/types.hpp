@@ -161,6 +161,37 @@ struct RunCharge {
   std::int64_t budget = 0;
 };
 
+// One run charge of a batch (Store::count_calls).
+struct ChargeRequest {
+  std::string run;
+  std::int64_t budget = 0;
+  CallKind kind = CallKind::write;
+};
+
+// A guarded write's way in (Ledger::admit): the run charge, the reservation
+// and, when first_attempt is set, the reservation is this request's own and
+// the charge counted, the first attempt's start, all in one transaction:
+// the one durable commit a write needs before it is sent.
+struct FirstAttempt {
+  int max_attempts = 1;
+  Millis lease{0};
+};
+
+struct AdmitRequest {
+  ReserveRequest reserve;
+  std::int64_t budget = 0;
+  std::optional<FirstAttempt> first_attempt;
+};
+
+struct Admission {
+  RunCharge charge;
+  Reservation reservation;
+  // Set when the first attempt was tried (a fresh reservation, a counted
+  // charge and first_attempt asked for); its outcome is started unless the
+  // intent could not be begun after all.
+  std::optional<AttemptStart> start;
+};
+
 struct Run {
   std::string id;
   RunState state = RunState::active;

@@ -184,4 +184,15 @@ AttemptRequest attempt_now(Store& store, std::int64_t intent_id, int max_attempt
   return AttemptRequest{intent_id, intent->state, intent->attempts, max_attempts, lease};
 }
 
+Outcome completed(std::int64_t id, int attempt) {
+  Outcome o;
+  o.intent_id = id;
+  o.attempt = attempt;
+  o.state = IntentState::completed;
+  o.answer_class = "ok";
+  o.status = 200;
+  o.receipt = "r-" + std::to_string(id);
+  return o;
+}
+
 }  // namespace idemgate::ledger::test

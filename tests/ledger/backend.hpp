@@ -72,6 +72,9 @@ std::vector<T> run_all(std::vector<boost::asio::awaitable<T>> operations, int th
   return results;
 }
 
+// Attempt `attempt` of intent `id` answered 200 ok with receipt "r-<id>".
+Outcome completed(std::int64_t id, int attempt);
+
 ReserveRequest reserve_request(const std::string& fingerprint, const std::string& key,
                                const std::string& run = "run-1");
 

@@ -29,17 +29,6 @@ std::int64_t reserve(Store& store, const std::string& fp) {
   return r->intent.id;
 }
 
-Outcome completed(std::int64_t id, int attempt) {
-  Outcome o;
-  o.intent_id = id;
-  o.attempt = attempt;
-  o.state = IntentState::completed;
-  o.answer_class = "ok";
-  o.status = 200;
-  o.receipt = "r-" + std::to_string(id);
-  return o;
-}
-
 }  // namespace
 
 LEDGER_CONFORMANCE(batch_isolates_failures,

@@ -1,7 +1,8 @@
 // The Ledger facade without a database: a full queue answers busy at once
 // (while the worker is still stuck), calls waiting together are committed in
 // one Store::batch() (group commit; reservations in one Store call), in lock
-// order, and a batch that fails fails every call in it.
+// order, a batch that fails fails every call in it, one worker at a time
+// writes, and an admission is one transaction in three steps.
 #include "backend.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -29,6 +30,10 @@ class GatedStore final : public Store {
   bool wait_entered(int n) {
     std::unique_lock lock(mutex_);
     return changed_.wait_for(lock, deadline, [&] { return entered_ >= n; });
+  }
+  int entered() {
+    std::lock_guard lock(mutex_);
+    return entered_;
   }
   std::vector<std::size_t> batches() {
     std::lock_guard lock(mutex_);
@@ -306,4 +311,80 @@ TEST_CASE("unit: calls queued when the Ledger stops complete with shutting_down"
   gate.release();
   stopper.join();
   CHECK(running.get().error() == errc::not_found);
+}
+
+TEST_CASE("unit: one writer: locking calls wait for its commit and go together; lookups are served meanwhile") {
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<GatedStore*> gates;
+  for (int i = 0; i < 2; ++i) {
+    auto store = std::make_unique<GatedStore>();
+    gates.push_back(store.get());
+    stores.push_back(std::move(store));
+  }
+  auto ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
+  {
+    Loop loop;
+    auto first = loop.spawn(ledger->reserve_intent(reserve_request("fp-0", "k-0"), {}));
+    // The first reservation makes one worker the writer; it is held in its store.
+    REQUIRE(wait_until([&] { return gates[0]->entered() + gates[1]->entered() == 1; }));
+    auto* writer = gates[0]->entered() ? gates[0] : gates[1];
+    auto* other = writer == gates[0] ? gates[1] : gates[0];
+    other->release();
+    std::vector<std::future<Result<Reservation>>> waiting;
+    for (int i = 1; i <= 3; ++i)
+      waiting.push_back(loop.spawn(ledger->reserve_intent(reserve_request("fp-" + std::to_string(i), "k-" + std::to_string(i)), {})));
+    auto charge = loop.spawn(ledger->count_call("run-a", 10, CallKind::read));
+    auto lookup = loop.spawn(ledger->find_intent(2));
+    // The other worker serves the lookup; the locking calls wait for the writer.
+    REQUIRE(lookup.wait_for(deadline) == std::future_status::ready);
+    CHECK(lookup.get().error() == errc::not_found);
+    REQUIRE(wait_until([&] { return ledger->queued() == 4; }));
+    CHECK(other->batches().empty());
+    writer->release();
+    CHECK(first.get()->intent.key == "k-0");
+    for (int i = 1; i <= 3; ++i) CHECK(waiting[i - 1].get()->intent.key == "k-" + std::to_string(i));
+    CHECK(charge.get().has_value());
+    // Everything that queued during the first commit went in the next one.
+    auto sizes = writer->batches();
+    for (auto s : other->batches()) sizes.push_back(s);
+    CHECK(sizes == std::vector<std::size_t>{1, 3});
+    CHECK(ledger->stats().batches == 3);  // the first reservation, the lookup, the rest
+  }
+}
+
+TEST_CASE("unit: an admission runs its reservation first, its charge with the runs, its first attempt last") {
+  GatedLedger gated;
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  Loop loop;
+  auto running = loop.spawn(ledger->find_intent(1));
+  REQUIRE(gate.wait_entered(1));
+  AdmitRequest admit{reserve_request("fp-1", "k-1", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
+  auto admitted = loop.spawn(ledger->admit(admit, {}));
+  Outcome settle;
+  settle.intent_id = 9;
+  settle.attempt = 1;
+  auto outcome_9 = loop.spawn(ledger->record_outcome(settle));
+  auto charge_a = loop.spawn(ledger->count_call("run-a", 10, CallKind::read));
+  REQUIRE(wait_until([&] { return ledger->queued() == 3; }));
+  gate.release();
+  CHECK(running.get().error() == errc::not_found);
+  auto a = admitted.get();
+  REQUIRE(a.has_value());
+  CHECK(a->reservation.intent.key == "k-1");
+  CHECK(a->charge.outcome == ChargeOutcome::counted);
+  REQUIRE(a->start.has_value());
+  CHECK(a->start->outcome == AttemptOutcome::started);
+  CHECK(outcome_9.get().has_value());
+  CHECK(charge_a.get().has_value());
+  auto transactions = gate.transactions();
+  REQUIRE(transactions.size() == 1);
+  CHECK(transactions[0] == std::vector<std::string>{"reserve_intents", "record_outcome 9", "count_call run-a",
+                                                    "count_call run-b", "begin_attempt 0"});
+
+  // Alone, an admission still is one transaction.
+  AdmitRequest alone{reserve_request("fp-2", "k-2", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
+  auto single = loop.spawn(ledger->admit(alone, {}));
+  REQUIRE(single.get().has_value());
+  CHECK(gate.transactions().size() == 2);
 }

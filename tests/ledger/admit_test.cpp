@@ -1,0 +1,205 @@
+// A guarded write's way in as one ledger call (Ledger::admit): the run
+// charge, the reservation and the first attempt in one transaction, many
+// requests per durable commit; the first attempt only for the request's own
+// reservation with a counted charge; and the batched forms of count_call and
+// begin_attempt (Store::count_calls, Store::begin_attempts) agree with the
+// single ones on both backends.
+#include "backend.hpp"
+
+#include "ledger/open_store.hpp"
+
+#include <chrono>
+#include <set>
+
+using namespace idemgate::ledger;
+using namespace idemgate::ledger::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+AdmitRequest admit_request(const std::string& fp, const std::string& key, std::int64_t budget = 100000,
+                           const std::string& run = "run-1") {
+  return AdmitRequest{reserve_request(fp, key, run), budget, FirstAttempt{3, Millis(60000)}};
+}
+
+
+struct Admitted {
+  Result<Admission> admission = boost::system::error_code(errc::invalid_argument);
+  std::optional<Result<Intent>> outcome;
+};
+
+boost::asio::awaitable<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest request) {
+  Admitted out;
+  RequestSnapshot snapshot;
+  out.admission = co_await ledger.admit(std::move(request), std::move(snapshot));
+  if (!out.admission || !out.admission->start || out.admission->start->outcome != AttemptOutcome::started)
+    co_return out;
+  auto outcome = completed(out.admission->start->intent.id, out.admission->start->attempt);
+  out.outcome = co_await ledger.record_outcome(std::move(outcome));
+  co_return out;
+}
+
+std::unique_ptr<Store> open_store(Backend& backend) {
+  REQUIRE(migrate(backend.config).has_value());
+  auto stores = open_stores(backend.config);
+  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+  return std::move(stores->front());
+}
+
+}  // namespace
+
+LEDGER_CONFORMANCE(admit_one_commit, "admit: charge, reservation and first attempt in one commit") {
+  auto ledger = open_ledger(backend);
+  auto admitted = run(admit_and_settle(*ledger, admit_request("fp-1", "k-1")));
+  REQUIRE_MESSAGE(admitted.admission.has_value(), admitted.admission.error().message());
+  auto const& a = *admitted.admission;
+  CHECK(a.charge.outcome == ChargeOutcome::counted);
+  CHECK(a.charge.calls == 1);
+  CHECK(a.reservation.outcome == ReserveOutcome::reserved);
+  REQUIRE(a.start.has_value());
+  CHECK(a.start->outcome == AttemptOutcome::started);
+  CHECK(a.start->attempt == 1);
+  CHECK(a.start->intent.state == IntentState::dispatched);
+  CHECK(a.start->intent.lease_until.has_value());
+  // One transaction for the admission, one for the outcome.
+  CHECK(ledger->stats().batches == 2);
+  CHECK(backend.query("SELECT replica_id FROM attempts") == "replica-a\n");
+  CHECK(backend.query("SELECT state FROM attempts") == "answered\n");
+
+  // The same payload again: the live intent, no charge-free start.
+  RequestSnapshot snapshot;
+  auto again = run(ledger->admit(admit_request("fp-1", "k-2"), std::move(snapshot)));
+  REQUIRE(again.has_value());
+  CHECK(again->reservation.outcome == ReserveOutcome::existing);
+  CHECK(again->reservation.intent.state == IntentState::completed);
+  CHECK_FALSE(again->start.has_value());
+  CHECK(again->charge.calls == 2);
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "1\n");
+}
+
+LEDGER_CONFORMANCE(admit_budget, "admit: no attempt begins past the run's budget or in a frozen run") {
+  auto ledger = open_ledger(backend);
+  for (int i = 0; i < 2; ++i) {
+    RequestSnapshot snapshot;
+    auto a = run(ledger->admit(admit_request("b-" + std::to_string(i), "k-" + std::to_string(i), 2), std::move(snapshot)));
+    REQUIRE(a.has_value());
+    REQUIRE(a->start.has_value());
+    CHECK(a->start->outcome == AttemptOutcome::started);
+  }
+  RequestSnapshot snapshot;
+  auto over = run(ledger->admit(admit_request("b-2", "k-2", 2), std::move(snapshot)));
+  REQUIRE(over.has_value());
+  CHECK(over->charge.outcome == ChargeOutcome::exhausted);
+  CHECK(over->reservation.outcome == ReserveOutcome::reserved);  // reserved, never begun
+  CHECK_FALSE(over->start.has_value());
+  CHECK(over->reservation.intent.state == IntentState::reserved);
+
+  REQUIRE(run(ledger->count_call("run-2", 10, CallKind::write)).has_value());
+  REQUIRE(run(ledger->freeze_run("run-2", "test")).has_value());
+  RequestSnapshot snapshot2;
+  auto frozen = run(ledger->admit(admit_request("f-1", "kf-1", 10, "run-2"), std::move(snapshot2)));
+  REQUIRE(frozen.has_value());
+  CHECK(frozen->charge.outcome == ChargeOutcome::frozen);
+  CHECK_FALSE(frozen->start.has_value());
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "2\n");
+}
+
+LEDGER_CONFORMANCE(admit_concurrent,
+                   "admit: 64 concurrent guarded writes plus 16 racing on one fingerprint share few commits") {
+  auto ledger = open_ledger(backend);
+  std::vector<boost::asio::awaitable<Admitted>> ops;
+  for (int i = 0; i < 80; ++i) {
+    bool shared = i % 5 == 0;
+    ops.push_back(admit_and_settle(*ledger, admit_request(shared ? "shared" : "own-" + std::to_string(i),
+                                                          "key-" + std::to_string(i))));
+  }
+  int started = 0, own_completed = 0;
+  std::set<std::int64_t> shared_ids;
+  int index = 0;
+  for (auto& a : run_all(std::move(ops), 2)) {
+    bool shared = index++ % 5 == 0;
+    REQUIRE_MESSAGE(a.admission.has_value(), a.admission.error().message());
+    CHECK(a.admission->charge.outcome == ChargeOutcome::counted);
+    if (a.admission->start) {
+      CHECK(a.admission->start->outcome == AttemptOutcome::started);
+      ++started;
+      REQUIRE(a.outcome.has_value());
+      CHECK(a.outcome->has_value());
+      if (!shared) ++own_completed;
+    } else {
+      CHECK(shared);
+      CHECK(a.admission->reservation.outcome == ReserveOutcome::existing);
+    }
+    if (shared) shared_ids.insert(a.admission->reservation.intent.id);
+  }
+  CHECK(own_completed == 64);
+  CHECK(started == 65);  // one per own fingerprint, one for the shared one
+  CHECK(shared_ids.size() == 1);
+  auto batches = ledger->stats().batches.load();
+  auto jobs = ledger->stats().batched_jobs.load();
+  CHECK(run(ledger->find_run("run-1"))->calls == 80);
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "65\n");
+  CHECK(jobs == 80 + 65);
+  CHECK(batches < jobs);  // fewer durable commits than calls
+  MESSAGE(backend.name() << ": 80 admissions + 65 outcomes in " << batches << " transactions ("
+                         << double(jobs) / double(batches) << " per commit)");
+}
+
+LEDGER_CONFORMANCE(batched_charges, "count_calls: many runs in one call, in order, as count_call would") {
+  auto store = open_store(backend);
+  REQUIRE(store->count_call("frozen", 10, CallKind::write).has_value());
+  REQUIRE(store->set_run_state("frozen", RunState::frozen, "test").has_value());
+  std::vector<ChargeRequest> requests{{"a", 2, CallKind::write}, {"a", 2, CallKind::read}, {"a", 2, CallKind::write},
+                                      {"b", 5, CallKind::write}, {"frozen", 10, CallKind::write},
+                                      {"frozen", 10, CallKind::read}};
+  std::vector<Result<RunCharge>> results;
+  auto failed = store->batch([&] { results = store->count_calls(requests); });
+  REQUIRE_FALSE(failed);
+  REQUIRE(results.size() == 6);
+  for (auto& r : results) REQUIRE_MESSAGE(r.has_value(), r.error().message());
+  CHECK(results[0]->outcome == ChargeOutcome::counted);
+  CHECK(results[0]->calls == 1);
+  CHECK(results[1]->outcome == ChargeOutcome::counted);
+  CHECK(results[1]->calls == 2);
+  CHECK(results[2]->outcome == ChargeOutcome::exhausted);
+  CHECK(results[3]->outcome == ChargeOutcome::counted);
+  CHECK(results[4]->outcome == ChargeOutcome::frozen);
+  CHECK(results[5]->outcome == ChargeOutcome::counted);
+  CHECK(backend.query("SELECT run_id FROM runs ORDER BY run_id") == "a\nb\nfrozen\n");
+  CHECK(backend.query("SELECT calls FROM runs ORDER BY run_id") == "2\n1\n2\n");
+  CHECK(backend.query("SELECT budget FROM runs ORDER BY run_id") == "2\n5\n10\n");
+}
+
+LEDGER_CONFORMANCE(batched_attempts, "begin_attempts: the compare-and-set per intent, many in one call") {
+  auto store = open_store(backend);
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto request = reserve_request("fp-" + std::to_string(i), "key-" + std::to_string(i));
+    auto r = store->reserve_intents({&request, 1}).front();
+    REQUIRE(r.has_value());
+    ids.push_back(r->intent.id);
+  }
+  std::vector<AttemptRequest> requests{
+      {ids[0], IntentState::reserved, 0, 3, Millis(60000)},
+      {ids[1], IntentState::retryable, 0, 3, Millis(60000)},  // not the state it is in: changed
+      {ids[2], IntentState::reserved, 0, 3, Millis(60000)},
+      {ids[2] + 1000, IntentState::reserved, 0, 3, Millis(60000)}};
+  std::vector<Result<AttemptStart>> results;
+  auto failed = store->batch([&] { results = store->begin_attempts(requests, "replica-x"); });
+  REQUIRE_FALSE(failed);
+  REQUIRE(results.size() == 4);
+  REQUIRE(results[0].has_value());
+  CHECK(results[0]->outcome == AttemptOutcome::started);
+  CHECK(results[0]->attempt == 1);
+  CHECK(results[0]->intent.state == IntentState::dispatched);
+  REQUIRE(results[1].has_value());
+  CHECK(results[1]->outcome == AttemptOutcome::changed);
+  CHECK(results[1]->intent.state == IntentState::reserved);
+  REQUIRE(results[2].has_value());
+  CHECK(results[2]->outcome == AttemptOutcome::started);
+  CHECK(results[3].error() == errc::not_found);
+  CHECK(backend.query("SELECT intent_id FROM attempts ORDER BY intent_id") ==
+        std::to_string(ids[0]) + "\n" + std::to_string(ids[2]) + "\n");
+  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state FROM attempts ORDER BY intent_id") ==
+        "1 replica-x dispatched\n1 replica-x dispatched\n");
+}
