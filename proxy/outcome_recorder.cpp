@@ -11,6 +11,8 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 
 namespace idemgate::proxy {
 
@@ -28,6 +30,57 @@ asio::awaitable<void> backoff(int tries) {
 }
 
 bool past(ledger::TimePoint t) { return ledger::Clock::now() > t; }
+
+// Outcomes handed to the background and not durable yet, process-wide (a
+// retry may reach another worker thread), by ledger and intent.
+struct PendingTable {
+  std::mutex mutex;
+  std::map<std::pair<const ledger::Ledger*, std::int64_t>, ledger::Intent> intents;
+};
+
+PendingTable& pending_table() {
+  static PendingTable table;
+  return table;
+}
+
+// Removes its entry when the background record ends, however it ends.
+class PendingEntry {
+ public:
+  PendingEntry(const ledger::Ledger& ledger, ledger::Intent settled) : key_{&ledger, settled.id} {
+    auto& t = pending_table();
+    std::lock_guard lock(t.mutex);
+    t.intents[key_] = std::move(settled);
+  }
+  PendingEntry(PendingEntry&& other) noexcept : key_(other.key_) { other.key_.first = nullptr; }
+  PendingEntry(const PendingEntry&) = delete;
+  PendingEntry& operator=(const PendingEntry&) = delete;
+  PendingEntry& operator=(PendingEntry&&) = delete;
+  ~PendingEntry() {
+    if (!key_.first) return;
+    auto& t = pending_table();
+    std::lock_guard lock(t.mutex);
+    t.intents.erase(key_);
+  }
+
+ private:
+  std::pair<const ledger::Ledger*, std::int64_t> key_;
+};
+
+// The intent as `o` leaves it (what Store::record_outcome writes).
+ledger::Intent settled_view(ledger::Intent i, const ledger::Outcome& o, const ledger::LedgerOptions& options) {
+  i.state = o.state;
+  i.answer_class = o.answer_class;
+  i.status = o.status;
+  if (!o.receipt.empty()) i.receipt = o.receipt;
+  if (o.response) i.response = ledger::redact_response(*o.response, options.redact, options.response_cap);
+  i.lease_until.reset();
+  i.unknown_since.reset();
+  i.waived += o.waive ? 1 : 0;
+  i.retry_not_before.reset();
+  if (o.retry_after)
+    i.retry_not_before = std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + *o.retry_after);
+  return i;
+}
 
 // Spawns `op` on `executor` unless too many are pending.
 template <class Op>
@@ -48,30 +101,71 @@ void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
   });
 }
 
-asio::awaitable<void> keep_recording(ledger::Ledger& ledger, ledger::Outcome outcome, ledger::TimePoint until) {
-  for (int tries = 0;; ++tries) {
-    co_await backoff(tries + 3);
+// Tries until the record lands, is superseded or `until` passes; tries
+// before first_try were made already (on the request path). `entry`, if any,
+// is the record's line in the pending table, removed when this ends.
+asio::awaitable<void> keep_recording(ledger::Ledger& ledger, ledger::Outcome outcome, ledger::TimePoint until,
+                                     int first_try, std::optional<PendingEntry> entry) {
+  for (int tries = first_try;; ++tries) {
+    if (tries) co_await backoff(tries);
     ledger::Outcome copy = outcome;
     auto recorded = co_await ledger.record_outcome(std::move(copy));
     if (recorded || recorded.error() == ledger::errc::illegal_transition) {
-      log_event("ledger_record_landed", {{"intent", outcome.intent_id},
-                                         {"attempt", outcome.attempt},
-                                         {"tries", tries + 1},
-                                         {"result", recorded ? "recorded" : "superseded"}});
-      co_return;
+      if (tries) log_event("ledger_record_landed", {{"intent", outcome.intent_id},
+                                                    {"attempt", outcome.attempt},
+                                                    {"tries", tries + 1},
+                                                    {"result", recorded ? "recorded" : "superseded"}});
+      break;
     }
+    if (tries == 2)
+      log_event("ledger_record_retry", {{"intent", outcome.intent_id},
+                                        {"attempt", outcome.attempt},
+                                        {"class", outcome.answer_class},
+                                        {"pending", pending_records()}});
     if (past(until)) {
       log_event("ledger_record_lost", {{"intent", outcome.intent_id},
                                        {"attempt", outcome.attempt},
                                        {"tries", tries + 1},
                                        {"error", recorded.error().message()},
                                        {"detail", "the attempt's lease turns it unknown; it is reconciled before any re-send"}});
-      co_return;
+      break;
     }
   }
+  entry.reset();  // durable (or given up): no longer pending
 }
 
 }  // namespace
+
+ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome outcome,
+                                   ledger::TimePoint keep_trying_until, const ledger::Intent& before) {
+  auto settled = settled_view(before, outcome, ledger.options());
+  PendingEntry entry(ledger, settled);
+  spawn_bounded(std::move(executor), "record_outcome",
+                keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));
+  return settled;
+}
+
+std::optional<ledger::Intent> pending_outcome(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt) {
+  auto& t = pending_table();
+  std::lock_guard lock(t.mutex);
+  auto found = t.intents.find({&ledger, intent_id});
+  if (found == t.intents.end() || found->second.attempts != attempt) return std::nullopt;
+  return found->second;
+}
+
+asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
+                                     std::chrono::milliseconds within) {
+  // Polled: the record lands within one group commit, and a waiter here is
+  // a retry racing its own answer, rare enough not to need a notification.
+  auto const end = std::chrono::steady_clock::now() + within;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (auto step = 1ms; pending_outcome(ledger, intent_id, attempt); step = std::min(step * 2, 50ms)) {
+    if (std::chrono::steady_clock::now() >= end) co_return false;
+    timer.expires_after(step);
+    co_await timer.async_wait(use_tuple);
+  }
+  co_return true;
+}
 
 asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
                                                               ledger::TimePoint keep_trying_until) {
@@ -87,7 +181,7 @@ asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& le
                                     {"class", outcome.answer_class},
                                     {"pending", pending_records() + 1}});
   auto executor = co_await asio::this_coro::executor;
-  spawn_bounded(executor, "record_outcome", keep_recording(ledger, std::move(outcome), keep_trying_until));
+  spawn_bounded(executor, "record_outcome", keep_recording(ledger, std::move(outcome), keep_trying_until, 3, std::nullopt));
   co_return std::nullopt;
 }
 

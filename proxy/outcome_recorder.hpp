@@ -5,6 +5,13 @@
 // margin) has passed. Bounded: past kMaxPending tasks the newest is dropped
 // and logged; the lease then turns the attempt unknown and it is reconciled,
 // so a lost record costs a reconciliation, never a duplicate.
+//
+// After an answer the outcome is off the agent's path: record_after_answer
+// returns at once and the record joins the ledger's next group commit. Until
+// it is durable (or given up), pending_outcome() shows it to a retry reaching
+// this process, so the retry sees the answer instead of an attempt still in
+// flight. A crash meanwhile leaves the attempt to its lease, then unknown,
+// then reconciliation.
 #pragma once
 
 #include "ledger/types.hpp"
@@ -12,6 +19,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
 #include <optional>
 
 namespace idemgate::ledger {
@@ -26,6 +34,20 @@ inline constexpr int kMaxPendingRecords = 4096;
 // background task has it) or was refused as an illegal transition.
 boost::asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
                                                                      ledger::TimePoint keep_trying_until);
+
+// Hands `outcome` (of attempt `outcome.attempt` of `before`) to a background
+// record and returns the intent as it is once recorded.
+ledger::Intent record_after_answer(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
+                                   ledger::Outcome outcome, ledger::TimePoint keep_trying_until,
+                                   const ledger::Intent& before);
+
+// The intent as attempt `attempt`'s outcome, not durable yet, will leave it.
+std::optional<ledger::Intent> pending_outcome(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt);
+
+// Waits (up to `within`) until that outcome is no longer pending: true when
+// it is not.
+boost::asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
+                                            std::chrono::milliseconds within);
 
 void persist_escalation_later(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
                               ledger::EscalationRequest request);

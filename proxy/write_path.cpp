@@ -88,6 +88,11 @@ class WritePath {
       if (pre.kind == VerdictKind::refuse) co_return co_await answer_refusal(c_, pre);
     }
     if (!co_await reserve()) co_return co_await answer_ledger_down(c_);
+    if (first_) {
+      // The ledger began the first attempt with the reservation.
+      std::optional<ForwardResult> answered = co_await send_and_record(*first_);
+      if (answered) co_return *answered;
+    }
     for (int turn = 0; turn < kMaxTurns; ++turn) {
       auto verdict = co_await gather_and_decide();
       if (!verdict) co_return co_await answer_ledger_down(c_);
@@ -124,8 +129,9 @@ class WritePath {
  private:
   // ---- gather ------------------------------------------------------------
 
-  // The run's charge and the reservation go to the ledger at once (and can
-  // share one durable commit there).
+  // The run's charge, the reservation and, when a new intent would be
+  // dispatched at once, its first attempt: one ledger call, one durable
+  // commit (shared with the other requests of its batch) before dispatch.
   asio::awaitable<bool> reserve() {
     ledger::ReserveRequest rr;
     rr.run = c_.run;
@@ -140,12 +146,14 @@ class WritePath {
     ledger::RequestSnapshot snap{std::string(c_.req.method_string()),
                                  c_.target.scheme + "://" + c_.target.authority() + c_.target.origin_form,
                                  headers_of(c_.req), c_.body};
-    std::string run = c_.run;
-    auto charge_op = c_.ledger.count_call(std::move(run), c_.cfg.runs.budget, ledger::CallKind::write);
-    auto reserve_op = c_.ledger.reserve_intent(std::move(rr), std::move(snap));
-    auto [charge, reservation] = co_await (std::move(charge_op) && std::move(reserve_op));
-    if (!charge || !reservation) co_return false;
-    apply_charge(c_, *charge, in_);
+    ledger::AdmitRequest ar{std::move(rr), c_.cfg.runs.budget, std::nullopt};
+    auto fresh_verdict = verdict_if_fresh(ar.reserve.key);
+    if (fresh_verdict && fresh_verdict->kind == VerdictKind::dispatch)
+      ar.first_attempt = ledger::FirstAttempt{c_.tool.retry.bound + 1, attempt_lease(c_.cfg)};
+    auto admitted = co_await c_.ledger.admit(std::move(ar), std::move(snap));
+    if (!admitted) co_return false;
+    apply_charge(c_, admitted->charge, in_);
+    auto* reservation = &admitted->reservation;
     bool const fresh = reservation->outcome == ledger::ReserveOutcome::reserved;
     bool const mismatch = reservation->outcome == ledger::ReserveOutcome::key_mismatch;
     if (!fresh && !mismatch && use_agent_key_ && c_.agent_key != reservation->intent.key)
@@ -154,6 +162,16 @@ class WritePath {
     // intent (the row returned is the other one): refuse on the key alone.
     in_.agent_key.bound_to_other_fingerprint = mismatch;
     if (!mismatch) c_.intent = reservation->intent;
+    if (admitted->start) {
+      // Begun only for this request's own reservation with a counted charge:
+      // exactly the inputs verdict_if_fresh decided from.
+      c_.intent = admitted->start->intent;
+      if (admitted->start->outcome == ledger::AttemptOutcome::started) {
+        c_.attempt = admitted->start->attempt;
+        c_.sent = true;
+        first_ = fresh_verdict;
+      }
+    }
     if (c_.tool.policy == policy::PolicyAction::pending_approval && c_.intent) {
       auto ok = co_await approved(c_.intent->id);
       if (!ok) co_return false;
@@ -171,14 +189,56 @@ class WritePath {
     co_return false;
   }
 
-  // nullopt: the ledger failed.
-  asio::awaitable<std::optional<policy::Verdict>> gather_and_decide() {
-    in_.now = SysClock::now();
+  // What decide() says of a new intent with key `key` and a counted charge,
+  // before the ledger is asked: nullopt when that cannot be known yet (an
+  // approval to look up, a validation count to read).
+  std::optional<policy::Verdict> verdict_if_fresh(const std::string& key) {
+    if (c_.tool.policy == policy::PolicyAction::pending_approval) return std::nullopt;
+    if (c_.worker.reads().validation_seen(c_.run, c_.tool.name)) return std::nullopt;
+    policy::DecisionInput in = in_;
+    prepare(in);
+    ledger::RunCharge counted{ledger::ChargeOutcome::counted, 0, c_.cfg.runs.budget};
+    apply_charge(c_, counted, in);
+    in.intent = policy::IntentView{};
+    in.intent.state = policy::IntentState::none;
+    in.intent.key = key;
+    in.validation_failures = 0;
+    return policy::decide(c_.tool, in, c_.agent_key);
+  }
+
+  void prepare(policy::DecisionInput& in) const {
+    in.now = SysClock::now();
     auto const inline_end = c_.start + c_.tool.reconcile.inline_budget;
     auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(inline_end - std::chrono::steady_clock::now());
-    in_.inline_left = std::max(left, std::chrono::milliseconds(0));
-    in_.rounds = rounds_;
-    in_.last_round_end = last_round_end_;
+    in.inline_left = std::max(left, std::chrono::milliseconds(0));
+    in.rounds = rounds_;
+    in.last_round_end = last_round_end_;
+  }
+
+  // An outcome of this intent's attempt may still be on its way to the
+  // ledger (it is recorded after the answer went out): a settled answer is
+  // seen at once; a retryable one is waited for until it is durable (the
+  // next attempt's compare-and-set needs it there). false: the ledger failed.
+  asio::awaitable<bool> see_pending_outcome() {
+    if (!c_.intent || c_.intent->state != ledger::IntentState::dispatched) co_return true;
+    auto pending = pending_outcome(c_.ledger, c_.intent->id, c_.intent->attempts);
+    if (!pending) co_return true;
+    if (pending->state != ledger::IntentState::retryable) {
+      c_.intent = *pending;
+      co_return true;
+    }
+    if (!co_await outcome_landed(c_.ledger, c_.intent->id, c_.intent->attempts, c_.cfg.ledger.statement_timeout))
+      co_return true;  // still not durable: the ledger's state (in flight) stands
+    auto now = co_await c_.ledger.find_intent(c_.intent->id);
+    if (!now) co_return false;
+    c_.intent = *now;
+    co_return true;
+  }
+
+  // nullopt: the ledger failed.
+  asio::awaitable<std::optional<policy::Verdict>> gather_and_decide() {
+    if (!co_await see_pending_outcome()) co_return std::nullopt;
+    prepare(in_);
     in_.query = query_;
     query_.reset();  // one lookup feeds one decision
     if (c_.intent) {
@@ -305,7 +365,21 @@ class WritePath {
       o.retry_after = s.cls.retry_after ? *s.cls.retry_after : std::chrono::milliseconds(0);
     auto const lease_end = c_.intent->lease_until.value_or(
         std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + attempt_lease(c_.cfg)));
-    auto recorded = co_await record_outcome(c_.ledger, std::move(o), lease_end);
+    // An answer that ends this request (settled, or retryable by the
+    // provider's word) goes to the agent now and its outcome to the ledger
+    // right after. Recorded first: an unknown or an unsent attempt (the
+    // request goes on from what the ledger holds), and an answer that
+    // freezes the run (the agent's next call must find it frozen).
+    bool const freezes = settled.state == policy::SettledState::denied && policy::freezes_run(settled.answer_class);
+    bool const after_answer =
+        answered && !s.egress_refused && !freezes && settled.state != policy::SettledState::unknown;
+    std::optional<ledger::Intent> recorded;
+    if (after_answer) {
+      auto executor = co_await asio::this_coro::executor;
+      recorded = record_after_answer(executor, c_.ledger, std::move(o), lease_end, *c_.intent);
+    } else {
+      recorded = co_await record_outcome(c_.ledger, std::move(o), lease_end);
+    }
     if (settled.answer_class == policy::AnswerClass::validation) c_.worker.reads().note_validation(c_.run, c_.tool.name);
     ++rounds_;
     last_round_end_ = SysClock::now();
@@ -335,7 +409,7 @@ class WritePath {
         }
         break;
       case policy::SettledState::denied:
-        if (policy::freezes_run(settled.answer_class)) {
+        if (freezes) {
           std::string run = c_.run;
           std::string why = "tool '" + c_.tool.name + "' answered " + std::to_string(s.answer.response.result_int());
           auto frozen = co_await c_.ledger.freeze_run(std::move(run), std::move(why));
@@ -367,6 +441,7 @@ class WritePath {
   int rounds_ = 0;
   std::optional<SysClock::time_point> last_round_end_;
   std::optional<policy::QueryOutcome> query_;
+  std::optional<policy::Verdict> first_;  // the first attempt was begun with the reservation
 };
 
 }  // namespace

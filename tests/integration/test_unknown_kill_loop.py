@@ -1,7 +1,9 @@
-"""kill -9 of idemgate mid-dispatch, over and over, at random moments: each
-iteration takes an idemgate on the same SQLite ledger, sends a new charge
-and SIGKILLs the process somewhere between before the request arrived and
-after it was answered (provider latency 20-80 ms). At the end one idemgate
+"""kill -9 of idemgate mid-dispatch, over and over, at random moments, under
+load: each iteration takes an idemgate on the same SQLite ledger, sends LOAD
+new charges at once and SIGKILLs the process somewhere between before the
+requests arrived and after they were answered (provider latency 20-80 ms):
+some kills land after an answer went out but before its outcome, recorded
+after the answer, was durable. At the end one idemgate
 serves the agent, which retries every charge until it is settled. Killed
 processes never come back, so their attempts are settled only once their
 leases have passed (connect + idle + response + outcome_record: 3 s here).
@@ -24,6 +26,7 @@ from unknown_common import (LedgerBackend, Proxy, UnknownAssertions, call, confi
                             ops, retry_until_settled, tool)
 
 ITERATIONS = 50
+LOAD = 3
 PREFETCH = 4
 
 
@@ -42,35 +45,39 @@ class KillLoopTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
             url = provider.url("/v1/charges")
             run = new_run()
             bodies = [{"amount": 100 + i, "currency": "eur", "customer": "cus_kill_%d" % i}
-                      for i in range(ITERATIONS)]
+                      for i in range(ITERATIONS * LOAD)]
             threads = []
             phases = {"before": 0, "mid_dispatch": 0, "answered": 0}
             # Starting a process is the slow part: the next few start while
             # one is used (they share the ledger, as replicas would).
             with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
                 starting = [pool.submit(Proxy(cfg).start) for _ in range(PREFETCH)]
-                for i, body in enumerate(bodies):
+                for i in range(ITERATIONS):
                     proxy = starting.pop(0).result()
                     self.addCleanup(proxy.stop)
                     if i + PREFETCH < ITERATIONS:
                         starting.append(pool.submit(Proxy(cfg).start))
-                    got = {}
-                    t = threading.Thread(target=self._swallow, args=(proxy, url, body, run, got), daemon=True)
-                    t.start()
-                    threads.append(t)
-                    tag = ('"%s"' % body["customer"]).encode()
+                    load = bodies[i * LOAD:(i + 1) * LOAD]
+                    gots = [{} for _ in load]
+                    for body, got in zip(load, gots):
+                        t = threading.Thread(target=self._swallow, args=(proxy, url, body, run, got), daemon=True)
+                        t.start()
+                        threads.append(t)
+                    tags = [('"%s"' % body["customer"]).encode() for body in load]
                     # The kill's random moment is the point of the test: mostly
-                    # after the charge reached the provider (mid-dispatch, or
+                    # after a charge reached the provider (mid-dispatch, or
                     # just after its answer), sometimes before.
                     if rnd.random() < 0.2:
                         time.sleep(rnd.uniform(0.0, 0.05))
                     else:
-                        wait_until(lambda: any(tag in w[4] for w in provider.writes()), 30, "the charge to leave")
+                        wait_until(lambda: any(tag in w[4] for w in provider.writes() for tag in tags), 30,
+                                   "a charge to leave")
                         time.sleep(rnd.uniform(0.0, 0.1))
                     proxy.proc.kill()
                     proxy.proc.wait(10)
-                    arrived = any(tag in w[4] for w in provider.writes())
-                    phases["answered" if "answer" in got else "mid_dispatch" if arrived else "before"] += 1
+                    for tag, got in zip(tags, gots):
+                        arrived = any(tag in w[4] for w in provider.writes())
+                        phases["answered" if "answer" in got else "mid_dispatch" if arrived else "before"] += 1
             for t in threads:
                 t.join(10)
 
@@ -85,8 +92,8 @@ class KillLoopTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
                 if answer.status != 200:
                     self.assert_unknown_package(answer)  # the only other acceptable end
             settled = sum(1 for a in outcomes.values() if a.status == 200)
-            print("iterations %d (killed before dispatch %d, mid-dispatch %d, after the answer %d), settled %d, "
-                  "dispatches %d, effects %d" % (ITERATIONS, phases["before"], phases["mid_dispatch"],
+            print("iterations %d x %d charges (killed before dispatch %d, mid-dispatch %d, after the answer %d), "
+                  "settled %d, dispatches %d, effects %d" % (ITERATIONS, LOAD, phases["before"], phases["mid_dispatch"],
                                                  phases["answered"], settled, len(provider.writes()),
                                                  len(provider.effects_snapshot())))
             self.assertGreaterEqual(phases["mid_dispatch"], 10, "too few kills landed mid-dispatch: %s" % phases)
@@ -102,7 +109,7 @@ class KillLoopTest(LedgerBackend, UnknownAssertions, unittest.TestCase):
                     self.assertEqual(outcomes[body["customer"]].json()["id"], effects[0]["id"])
 
             intents = ops(final, "intents", "show", "--run", run)
-            self.assertEqual(len(intents), ITERATIONS, [i["state"] for i in intents])
+            self.assertEqual(len(intents), ITERATIONS * LOAD, [i["state"] for i in intents])
             escalated = {e.get("intent_id") for e in escalations(final) if e["run"] == run and e["state"] == "open"}
             for intent in intents:
                 ok = intent["state"] == "completed" or (intent["state"] == "unknown" and intent["id"] in escalated)
