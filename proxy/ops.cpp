@@ -2,6 +2,7 @@
 #include "proxy/ops.hpp"
 
 #include "ledger/ledger.hpp"
+#include "proxy/outcome_recorder.hpp"
 
 #include <boost/json.hpp>
 
@@ -131,18 +132,24 @@ boost::asio::awaitable<OpResult> resolve_escalation(ledger::Ledger& ledger, std:
   co_return answer(e, "open escalation " + std::to_string(id));
 }
 
+// Outcomes this process answered but has not made durable yet are shown as
+// they will be (the admin API runs in the process that answered).
 boost::asio::awaitable<OpResult> show_intent(ledger::Ledger& ledger, std::int64_t id) {
   auto i = co_await ledger.find_intent(id);
+  if (i) show_pending_outcome(ledger, *i);
   co_return answer(i, "intent " + std::to_string(id));
 }
 
 boost::asio::awaitable<OpResult> find_intent_by_key(ledger::Ledger& ledger, std::string key) {
   auto i = co_await ledger.find_intent_by_key(std::move(key));
+  if (i) show_pending_outcome(ledger, *i);
   co_return answer(i, "an intent with that key");
 }
 
 boost::asio::awaitable<OpResult> list_intents(ledger::Ledger& ledger, std::string run, int limit) {
   auto list = co_await ledger.list_intents_by_run(std::move(run), limit);
+  if (list)
+    for (auto& i : *list) show_pending_outcome(ledger, i);
   co_return answer(list, "intents");
 }
 

@@ -153,6 +153,11 @@ std::optional<ledger::Intent> pending_outcome(const ledger::Ledger& ledger, std:
   return found->second;
 }
 
+void show_pending_outcome(const ledger::Ledger& ledger, ledger::Intent& intent) {
+  if (intent.state != ledger::IntentState::dispatched) return;
+  if (auto pending = pending_outcome(ledger, intent.id, intent.attempts)) intent = std::move(*pending);
+}
+
 asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
                                      std::chrono::milliseconds within) {
   // Polled: the record lands within one group commit, and a waiter here is

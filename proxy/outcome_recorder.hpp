@@ -44,6 +44,10 @@ ledger::Intent record_after_answer(boost::asio::any_io_executor executor, ledger
 // The intent as attempt `attempt`'s outcome, not durable yet, will leave it.
 std::optional<ledger::Intent> pending_outcome(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt);
 
+// `intent` as it will be once its pending outcome is durable (unchanged when
+// none is pending): what an operator's view of this process shows.
+void show_pending_outcome(const ledger::Ledger& ledger, ledger::Intent& intent);
+
 // Waits (up to `within`) until that outcome is no longer pending: true when
 // it is not.
 boost::asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
