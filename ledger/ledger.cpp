@@ -461,6 +461,12 @@ Awaitable<std::vector<Intent>> Ledger::list_unescalated_unknowns(int limit) {
                                    [limit](Store& s) { return s.list_unescalated_unknowns(limit); });
 }
 
+Awaitable<std::vector<Intent>> Ledger::claim_lookups(std::vector<LookupDue> due, int limit) {
+  return call<std::vector<Intent>>(alone, [due = std::move(due), limit](Store& s) {
+    return s.claim_lookups(due, limit);
+  });
+}
+
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
   ChargeRequest request{std::move(run), budget, kind};

@@ -133,6 +133,8 @@ class Ledger {
   Awaitable<std::vector<Intent>> list_unknown_past_ttl(int limit = 100);
   // Those not escalated yet (Store::list_unescalated_unknowns).
   Awaitable<std::vector<Intent>> list_unescalated_unknowns(int limit = 100);
+  // The sweeper's background lookups to make now (Store::claim_lookups).
+  Awaitable<std::vector<Intent>> claim_lookups(std::vector<LookupDue> due, int limit = 50);
 
   Awaitable<RunCharge> count_call(std::string run, std::int64_t budget, CallKind kind);
   Awaitable<Run> find_run(std::string run);

@@ -30,7 +30,7 @@ constexpr std::string_view intent_columns =
     "receipt, response_status, response_headers, response_body, response_truncated::int, "
     "request_snapshot, window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
-    ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived";
+    ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived, " IDEMGATE_MS("looked_up_at");
 constexpr std::string_view escalation_columns =
     "id, run_id, intent_id, reason_code, package, state, receipt, note, "
     IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";
@@ -617,6 +617,25 @@ Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
              "AND e.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
              "ORDER BY unknown_since LIMIT " + std::to_string(limit))))
       out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
+Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> due, int limit) {
+  if (due.empty()) return std::vector<Intent>{};
+  return transact([&](pqxx::dbtransaction& w) {
+    std::string which;
+    for (auto const& d : due)
+      which += (which.empty() ? "" : " OR ") + std::string("(tool = ") + q(w, d.tool) + " AND unknown_since + " +
+               q_millis(d.after) + " <= now())";
+    // SKIP LOCKED: two replicas' sweepers claim different intents, never one twice.
+    std::vector<Intent> out;
+    for (const auto& row : w.exec("UPDATE intents SET looked_up_at = now() WHERE id IN (SELECT id FROM intents "
+                                  "WHERE state = 'unknown' AND looked_up_at IS NULL AND (" + which +
+                                  ") ORDER BY unknown_since LIMIT " + std::to_string(limit) +
+                                  " FOR UPDATE SKIP LOCKED) RETURNING " + std::string(intent_columns)))
+      out.push_back(read_intent(PgRow(row)));
+    std::sort(out.begin(), out.end(), [](const Intent& a, const Intent& b) { return a.unknown_since < b.unknown_since; });
     return out;
   });
 }

@@ -36,6 +36,7 @@ class PgStore final : public Store {
                                      std::int64_t except_intent) override;
   Result<std::vector<Intent>> list_unknown_past_ttl(int limit) override;
   Result<std::vector<Intent>> list_unescalated_unknowns(int limit) override;
+  Result<std::vector<Intent>> claim_lookups(std::span<const LookupDue> due, int limit) override;
   Result<RunCharge> count_call(const std::string& run, std::int64_t budget, CallKind) override;
   Result<Run> find_run(const std::string& run) override;
   Result<Run> set_run_state(const std::string& run, RunState, const std::string& reason) override;

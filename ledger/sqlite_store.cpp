@@ -10,6 +10,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace idemgate::ledger {
@@ -23,7 +24,7 @@ constexpr std::string_view intent_columns =
     "id, run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, status, "
     "receipt, response_status, response_headers, response_body, response_truncated, "
     "request_snapshot, window_ms, unknown_ttl_ms, recovered, created_at, updated_at, "
-    "window_until, unknown_since, retry_not_before, lease_until, waived";
+    "window_until, unknown_since, retry_not_before, lease_until, waived, looked_up_at";
 
 constexpr std::string_view escalation_columns =
     "id, run_id, intent_id, reason_code, package, state, receipt, note, created_at, resolved_at, "
@@ -419,6 +420,33 @@ Result<std::vector<Intent>> SqliteStore::list_unescalated_unknowns(int limit) {
     s.bind(1, now_epoch_ms()).bind(2, std::int64_t{limit});
     std::vector<Intent> out;
     while (s.step()) out.push_back(read_intent(s));
+    return out;
+  });
+}
+
+Result<std::vector<Intent>> SqliteStore::claim_lookups(std::span<const LookupDue> due, int limit) {
+  if (due.empty()) return std::vector<Intent>{};
+  return transact(Lock::write, [&] {
+    std::string text =
+        "UPDATE intents SET looked_up_at = ? WHERE id IN (SELECT id FROM intents WHERE state = 'unknown' AND "
+        "looked_up_at IS NULL AND (";
+    for (std::size_t i = 0; i < due.size(); ++i) {
+      if (i) text += " OR ";
+      text += "(tool = ? AND unknown_since + ? <= ?)";
+    }
+    text += sql(") ORDER BY unknown_since LIMIT ?) RETURNING ", intent_columns);
+    Statement s(db_, text);
+    auto const now = now_epoch_ms();
+    int n = 1;
+    s.bind(n++, now);
+    for (auto const& d : due) {
+      s.bind(n, d.tool).bind(n + 1, std::int64_t{d.after.count()}).bind(n + 2, now);
+      n += 3;
+    }
+    s.bind(n, std::int64_t{limit});
+    std::vector<Intent> out;
+    while (s.step()) out.push_back(read_intent(s));
+    std::sort(out.begin(), out.end(), [](const Intent& a, const Intent& b) { return a.unknown_since < b.unknown_since; });
     return out;
   });
 }

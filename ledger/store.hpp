@@ -92,6 +92,12 @@ class Store {
   // tool_outcome_unknown escalation in any state: what the escalation
   // sweeper has still to escalate.
   virtual Result<std::vector<Intent>> list_unescalated_unknowns(int limit) = 0;
+  // Claims the one background lookup of up to `limit` unknown intents whose
+  // lookup is due (an intent of due[i].tool unknown for at least
+  // due[i].after) and was never claimed, oldest first, and returns them. An
+  // intent is claimed once, by one caller across all processes, and never
+  // again (also when its lookup then fails): the lookup is at most once.
+  virtual Result<std::vector<Intent>> claim_lookups(std::span<const LookupDue> due, int limit) = 0;
 
   // Counts one call against the run's budget (creating the run with `budget`
   // on first sight). Does not count when the run is killed, or frozen and the

@@ -52,6 +52,7 @@ Intent read_intent(const RowView& s) {
   if (auto v = s.optional_int64(23)) i.retry_not_before = from_epoch_ms(*v);
   if (auto v = s.optional_int64(24)) i.lease_until = from_epoch_ms(*v);
   i.waived = static_cast<int>(s.int64(25));
+  if (auto v = s.optional_int64(26)) i.looked_up_at = from_epoch_ms(*v);
   return i;
 }
 

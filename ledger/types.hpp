@@ -82,9 +82,19 @@ struct Intent {
   // dispatched: until when the process that began the attempt owns it (its
   // own connect + response deadlines and the time to record the outcome).
   std::optional<TimePoint> lease_until;
+  // query-mode unknowns: when the escalation sweeper claimed its one
+  // background lookup (Store::claim_lookups); nullopt: not yet.
+  std::optional<TimePoint> looked_up_at;
 
   // Attempts that count against retry.bound.
   int attempts_spent() const noexcept { return attempts - waived; }
+};
+
+// The escalation sweeper's background lookup of a query-mode tool's unknowns:
+// due once an intent of `tool` has been unknown for `after`.
+struct LookupDue {
+  std::string tool;
+  Millis after{0};
 };
 
 struct ReserveRequest {

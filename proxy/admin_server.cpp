@@ -15,8 +15,14 @@ namespace idemgate::proxy {
 
 namespace asio = boost::asio;
 
-AdminServer::AdminServer(ConfigSource& source, ledger::Ledger& ledger, MetricsSources metrics, const TlsServices& tls)
-    : source_(source), ledger_(ledger), metrics_(std::move(metrics)), tls_(tls) {}
+AdminServer::AdminServer(ConfigSource& source, ledger::Ledger& ledger, MetricsSources metrics, const TlsServices& tls,
+                         ReadTracker& reads)
+    : source_(source),
+      ledger_(ledger),
+      metrics_(std::move(metrics)),
+      tls_(tls),
+      worker_(source, static_cast<unsigned>(metrics_.workers.size()), &ledger, reads, tls),
+      ioc_(worker_.context()) {}
 
 AdminServer::~AdminServer() { stop(); }
 
@@ -54,7 +60,7 @@ void AdminServer::start() {
                                   {"token", ctx_->auth.has_token()}});
   }
   if (notifier_) notifier_->start();
-  asio::co_spawn(ioc_, sweep_unknowns(ledger_, source_, sweeper_stats_, stopping_),
+  asio::co_spawn(ioc_, sweep_unknowns(ledger_, source_, worker_, sweeper_stats_, stopping_),
                  [](std::exception_ptr e) { log_exception("escalation sweeper", e); });
   thread_ = std::thread([this] {
     auto guard = asio::make_work_guard(ioc_);

@@ -1,7 +1,10 @@
 // The operating surface's own thread: the admin listener (when admin.listen
 // is set), the escalation sweeper and the webhook notifier (when
 // admin.notify is set) share one io_context there, apart from the network
-// threads; their ledger calls go through the same Ledger facade.
+// threads; their ledger calls go through the same Ledger facade. The thread
+// is a Worker of its own (its own upstream pool), so that the sweeper's
+// background lookups reach providers without touching a network thread's
+// state.
 #pragma once
 
 #include "proxy/metrics.hpp"
@@ -26,7 +29,8 @@ struct AdminContext;
 
 class AdminServer {
  public:
-  AdminServer(ConfigSource& source, ledger::Ledger& ledger, MetricsSources metrics, const TlsServices& tls);
+  AdminServer(ConfigSource& source, ledger::Ledger& ledger, MetricsSources metrics, const TlsServices& tls,
+              ReadTracker& reads);
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;
@@ -50,7 +54,8 @@ class AdminServer {
   ledger::Ledger& ledger_;
   MetricsSources metrics_;
   const TlsServices& tls_;
-  boost::asio::io_context ioc_{1};
+  Worker worker_;
+  boost::asio::io_context& ioc_;
   std::unique_ptr<AdminContext> ctx_;
   std::unique_ptr<AdminListener> listener_;
   std::unique_ptr<Notifier> notifier_;

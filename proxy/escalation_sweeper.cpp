@@ -6,6 +6,7 @@
 #include "proxy/ids.hpp"
 #include "proxy/log.hpp"
 #include "proxy/problem.hpp"
+#include "proxy/query_reconcile.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -20,12 +21,32 @@ namespace idemgate::proxy {
 namespace asio = boost::asio;
 namespace json = boost::json;
 
-std::chrono::milliseconds sweep_interval(const config::Config& cfg) {
-  std::chrono::milliseconds shortest{30'000 * 4};
-  for (auto const& tool : cfg.tools)
-    if (tool.effect != policy::Effect::read)
-      shortest = std::min(shortest, std::chrono::duration_cast<std::chrono::milliseconds>(tool.reconcile.ttl));
-  return std::clamp(shortest / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(30'000));
+using std::chrono::milliseconds;
+
+milliseconds lookup_delay(const policy::Tool& tool) {
+  auto const& r = tool.reconcile;
+  auto const after = std::max(std::chrono::duration_cast<milliseconds>(r.settle),
+                              std::chrono::duration_cast<milliseconds>(r.inline_budget));
+  return std::min(after, std::chrono::duration_cast<milliseconds>(r.ttl));
+}
+
+namespace {
+
+bool looked_up_in_background(const policy::Tool& tool) {
+  return tool.effect != policy::Effect::read && tool.reconcile.mode == policy::ReconcileMode::query;
+}
+
+}  // namespace
+
+milliseconds sweep_interval(const config::Config& cfg) {
+  milliseconds shortest{30'000 * 4};
+  for (auto const& tool : cfg.tools) {
+    if (tool.effect == policy::Effect::read) continue;
+    shortest = std::min(shortest, std::chrono::duration_cast<milliseconds>(tool.reconcile.ttl));
+    if (looked_up_in_background(tool) && lookup_delay(tool) > milliseconds(0))
+      shortest = std::min(shortest, lookup_delay(tool));
+  }
+  return std::clamp(shortest / 4, milliseconds(100), milliseconds(30'000));
 }
 
 namespace {
@@ -69,15 +90,84 @@ std::string package_for(const ledger::Intent& intent, const policy::Tool* tool, 
   return problem_json(p);
 }
 
+// The write's request body as the ledger holds it (redacted), for the
+// query URL's {/json/pointer} placeholders; null when it was not JSON.
+const json::value* snapshot_body(const json::value& snapshot) {
+  auto const* o = snapshot.if_object();
+  auto const* body = o ? o->if_contains("body") : nullptr;
+  return body && (body->is_object() || body->is_array()) ? body : nullptr;
+}
+
+char const* outcome_name(policy::QueryOutcome outcome) {
+  switch (outcome) {
+    case policy::QueryOutcome::found: return "found";
+    case policy::QueryOutcome::not_found: return "not_found";
+    case policy::QueryOutcome::failed: break;
+  }
+  return "failed";
+}
+
+asio::awaitable<void> look_up_in_background(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+                                            SweeperStats& stats, const policy::Tool& tool,
+                                            const ledger::Intent& intent) {
+  boost::system::error_code ec;
+  auto const snapshot = json::parse(intent.request_snapshot, ec);
+  // No agent: idemgate keeps no credentials to send along.
+  Lookup lookup{tool, intent.key, intent.receipt, ec ? nullptr : snapshot_body(snapshot), nullptr, {}};
+  auto result = co_await ask_provider(lookup, cfg, worker);
+  stats.lookups.fetch_add(1, std::memory_order_relaxed);
+  json::object line{{"intent", intent.id}, {"run", intent.run}, {"tool", intent.tool},
+                    {"outcome", outcome_name(result.outcome)}};
+  if (result.outcome == policy::QueryOutcome::found) {
+    auto settled = found_outcome(tool, intent.id, result.found_json);
+    auto const receipt = settled.receipt;
+    auto recorded = co_await ledger.record_outcome(std::move(settled));
+    // Not recorded: an agent's retry settled or re-sent it meanwhile, which
+    // stands; or the ledger failed, and the ttl escalation asks a human.
+    line["settled"] = recorded.has_value();
+    if (recorded) {
+      stats.settled.fetch_add(1, std::memory_order_relaxed);
+      line["receipt"] = receipt;
+    }
+  }
+  log_event("looked_up_unknown", std::move(line));
+}
+
+// Every lookup due now, claimed in batches until none is left, so that the
+// escalations that follow never overtake a lookup of the same pass.
+asio::awaitable<bool> look_up_due(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+                                  SweeperStats& stats) {
+  std::vector<ledger::LookupDue> due;
+  for (auto const& tool : cfg.tools)
+    if (looked_up_in_background(tool)) due.push_back({tool.name, lookup_delay(tool)});
+  if (due.empty()) co_return true;
+  constexpr int batch = 50;
+  for (;;) {
+    auto tools = due;  // named: GCC 12 destroys temporaries of a co_await expression twice
+    auto claimed = co_await ledger.claim_lookups(std::move(tools), batch);
+    if (!claimed) co_return false;
+    for (auto const& intent : *claimed) {
+      auto const* tool = tool_named(cfg, intent.tool);
+      if (tool) co_await look_up_in_background(ledger, cfg, worker, stats, *tool, intent);
+    }
+    if (claimed->size() < static_cast<std::size_t>(batch)) co_return true;
+  }
+}
+
 }  // namespace
 
-asio::awaitable<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::Config& cfg, SweeperStats& stats) {
+asio::awaitable<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+                                         SweeperStats& stats) {
+  if (!co_await look_up_due(ledger, cfg, worker, stats)) co_return -1;
   auto due = co_await ledger.list_unescalated_unknowns(100);
   if (!due) co_return -1;
   stats.passes.fetch_add(1, std::memory_order_relaxed);
   int escalated = 0;
   for (auto const& intent : *due) {
     auto const* tool = tool_named(cfg, intent.tool);
+    // Its lookup came due with its ttl and is the next pass's: a human is
+    // asked only once the provider has been.
+    if (tool && looked_up_in_background(*tool) && !intent.looked_up_at) continue;
     // A tool no longer configured is escalated as money when unsure: the
     // stricter question costs a human a minute, the other a double charge.
     bool const money = !tool || tool->effect == policy::Effect::money;
@@ -102,15 +192,16 @@ asio::awaitable<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::C
   co_return escalated;
 }
 
-asio::awaitable<void> sweep_unknowns(ledger::Ledger& ledger, ConfigSource& source, SweeperStats& stats,
-                                     const std::atomic<bool>& stopping) {
+asio::awaitable<void> sweep_unknowns(ledger::Ledger& ledger, ConfigSource& source, Worker& worker,
+                                     SweeperStats& stats, const std::atomic<bool>& stopping) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   while (!stopping.load(std::memory_order_relaxed)) {
     auto cfg = source.get();
     timer.expires_after(sweep_interval(*cfg));
     auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec || stopping.load(std::memory_order_relaxed)) co_return;
-    co_await sweep_unknowns_once(ledger, *source.get(), stats);
+    auto const now = source.get();  // the config at this pass, kept for all of it
+    co_await sweep_unknowns_once(ledger, *now, worker, stats);
   }
 }
 

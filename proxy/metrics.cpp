@@ -183,6 +183,10 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
              static_cast<double>(src.sweeper->passes.load(std::memory_order_relaxed)));
     w.single("idemgate_sweeper_escalations_total", "counter", "Unknowns past reconcile.ttl the sweeper escalated.",
              static_cast<double>(src.sweeper->escalated.load(std::memory_order_relaxed)));
+    w.single("idemgate_sweeper_lookups_total", "counter", "Background lookups of query-mode unknowns (one per intent).",
+             static_cast<double>(src.sweeper->lookups.load(std::memory_order_relaxed)));
+    w.single("idemgate_sweeper_settled_total", "counter", "Unknowns a background lookup found and settled as completed.",
+             static_cast<double>(src.sweeper->settled.load(std::memory_order_relaxed)));
   }
   if (src.notify) {
     auto const& n = *src.notify;

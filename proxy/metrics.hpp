@@ -40,6 +40,8 @@ struct NotifyStats {
 struct SweeperStats {
   std::atomic<std::uint64_t> passes{0};     // sweeps that read the ledger
   std::atomic<std::uint64_t> escalated{0};  // unknowns it escalated
+  std::atomic<std::uint64_t> lookups{0};    // background lookups of query-mode unknowns
+  std::atomic<std::uint64_t> settled{0};    // of those, found: the intent settled as completed
 };
 
 struct MetricsSources {

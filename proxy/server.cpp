@@ -188,7 +188,7 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   metrics.minter = tls_services.minter.get();
   metrics.server = &server_stats;
   metrics.version = IDEMGATE_VERSION;
-  AdminServer admin(source, **ledger, metrics, tls_services);
+  AdminServer admin(source, **ledger, metrics, tls_services, reads);
   if (auto why = admin.prepare(*cfg); !why.empty()) {
     log_event("fatal", {{"error", why}});
     return 1;

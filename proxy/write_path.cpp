@@ -291,15 +291,9 @@ class WritePath {
       co_return true;
     }
     // What the provider shows is the completion: recorded, then replayed.
-    ledger::Outcome o;
-    o.intent_id = c_.intent->id;
-    o.attempt = 0;
-    o.state = ledger::IntentState::completed;
-    o.answer_class = "ok";
-    o.status = 200;
-    o.receipt = policy::receipt_of(c_.tool, result.found_json).value_or(std::string());
-    o.response = ledger::StoredResponse{200, {{"Content-Type", "application/json"}}, result.found_json, false};
-    auto recorded = co_await c_.ledger.record_outcome(std::move(o));
+    // Named locals only: GCC 12 destroys temporaries of a co_await expression twice.
+    auto settled = found_outcome(c_.tool, c_.intent->id, result.found_json);
+    auto recorded = co_await c_.ledger.record_outcome(std::move(settled));
     if (recorded) {
       c_.intent = *recorded;
       co_return true;

@@ -101,6 +101,7 @@ class GatedStore final : public Store {
   }
   Result<std::vector<Intent>> list_unknown_past_ttl(int) override { return none(); }
   Result<std::vector<Intent>> list_unescalated_unknowns(int) override { return none(); }
+  Result<std::vector<Intent>> claim_lookups(std::span<const LookupDue>, int) override { return none(); }
   Result<Run> find_run(const std::string&) override { return none(); }
   Result<Run> set_run_state(const std::string&, RunState, const std::string&) override { return none(); }
   Result<std::int64_t> persist_escalation(const EscalationRequest&) override { return none(); }

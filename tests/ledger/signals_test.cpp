@@ -1,5 +1,6 @@
-// What the operator surface reads: the dashboard signals (dash_* views) and
-// the unknowns the escalation sweeper has still to escalate.
+// What the operator surface reads: the dashboard signals (dash_* views), the
+// unknowns the escalation sweeper has still to escalate and the background
+// lookups it claims.
 #include "backend.hpp"
 
 using namespace idemgate::ledger;
@@ -7,9 +8,11 @@ using namespace idemgate::ledger::test;
 
 namespace {
 
-std::int64_t unknown_intent(Ledger& ledger, const std::string& fingerprint, Millis ttl) {
+std::int64_t unknown_intent(Ledger& ledger, const std::string& fingerprint, Millis ttl,
+                            const std::string& tool = "stripe.create_charge") {
   auto request = reserve_request(fingerprint, "key-" + fingerprint);
   request.unknown_ttl = ttl;
+  request.tool = tool;
   auto reserved = run(ledger.reserve_intent(request, {}));
   REQUIRE(reserved.has_value());
   REQUIRE(run(ledger.begin_attempt(attempt_now(ledger, reserved->intent.id))).has_value());
@@ -39,6 +42,48 @@ LEDGER_CONFORMANCE(unescalated_unknowns, "an unknown past its TTL is listed unti
   REQUIRE(listed.has_value());
   CHECK(listed->empty());
   CHECK(run(ledger->list_unknown_past_ttl())->size() == 2);
+}
+
+LEDGER_CONFORMANCE(claim_lookups, "each due unknown of a listed tool is claimed for its background lookup once") {
+  auto ledger = open_ledger(backend);
+  auto due = unknown_intent(*ledger, "fp-look-0", std::chrono::hours(1), "orders.create");
+  auto later = unknown_intent(*ledger, "fp-look-1", std::chrono::hours(1), "orders.slow");
+  auto other_tool = unknown_intent(*ledger, "fp-look-2", std::chrono::hours(1), "stripe.create_charge");
+  // Settled before the sweeper came: never claimed.
+  auto settled = unknown_intent(*ledger, "fp-look-3", std::chrono::hours(1), "orders.create");
+  Outcome o;
+  o.intent_id = settled;
+  o.state = IntentState::completed;
+  o.answer_class = "ok";
+  o.receipt = "ord_1";
+  REQUIRE(run(ledger->record_outcome(o)).has_value());
+
+  std::vector<LookupDue> const tools{{"orders.create", Millis(0)}, {"orders.slow", std::chrono::hours(1)}};
+  auto claimed = run(ledger->claim_lookups(tools));
+  REQUIRE(claimed.has_value());
+  REQUIRE(claimed->size() == 1);
+  CHECK(claimed->front().id == due);
+  CHECK(claimed->front().key == "key-fp-look-0");
+  CHECK(claimed->front().state == IntentState::unknown);
+  CHECK(claimed->front().looked_up_at.has_value());
+  // Once: neither a second pass nor another replica claims it again.
+  auto again = run(ledger->claim_lookups(tools));
+  REQUIRE(again.has_value());
+  CHECK(again->empty());
+  auto replica_b = open_ledger(backend, "replica-b");
+  CHECK(run(replica_b->claim_lookups(tools))->empty());
+  // Due now for the slow tool too: only the intent not claimed yet.
+  claimed = run(ledger->claim_lookups({{"orders.slow", Millis(0)}, {"orders.create", Millis(0)}}));
+  REQUIRE(claimed.has_value());
+  REQUIRE(claimed->size() == 1);
+  CHECK(claimed->front().id == later);
+  CHECK(run(ledger->claim_lookups({}))->empty());
+  // Claiming changes nothing else: still unknown, still listed for escalation.
+  CHECK(run(ledger->find_intent(due))->state == IntentState::unknown);
+  CHECK(run(ledger->find_intent(due))->looked_up_at.has_value());
+  CHECK(run(ledger->find_intent(other_tool))->state == IntentState::unknown);
+  CHECK_FALSE(run(ledger->find_intent(other_tool))->looked_up_at.has_value());
+  CHECK(run(ledger->list_unknown_past_ttl())->empty());
 }
 
 LEDGER_CONFORMANCE(signals, "the dashboard signals read the dash_* views") {
