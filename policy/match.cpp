@@ -168,7 +168,7 @@ CompiledTools ToolTable::compile(std::vector<Tool> tools) {
 bool ToolTable::matches_rest(const Tool& tool, const MatchRequest& request) const noexcept {
   const auto& spec = tool.match;
   return (spec.method.empty() || spec.method == request.method) &&
-         (spec.mcp_tool.empty() || spec.mcp_tool == request.mcp_tool) &&
+         (spec.mcp_tool.empty() || request.mcp_any || spec.mcp_tool == request.mcp_tool) &&
          (spec.port == 0 || spec.port == request.port) &&
          std::all_of(spec.query.begin(), spec.query.end(),
                      [&](const std::string& condition) { return query_matches(condition, request.query); });
@@ -220,6 +220,7 @@ TargetMatch ToolTable::match_target(const TargetRequest& request) const {
   normal.path = target.path.path;
   normal.query = target.query ? std::string_view(*target.query) : std::string_view();
   normal.mcp_tool = request.mcp_tool;
+  normal.mcp_any = request.mcp_any;
   result.tool = match(normal);
   for (const auto& reading : target.path.alternates) {
     normal.path = reading;

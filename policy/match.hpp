@@ -39,6 +39,7 @@ struct MatchRequest {
   std::string_view path;      // without the query
   std::string_view query;     // raw, without the '?', e.g. a=1&b=x%20y
   std::string_view mcp_tool;  // params.name of a JSON-RPC tools/call body; empty if none
+  bool mcp_any = false;       // an MCP tool of any name matches (to refuse what no tool can read)
 };
 
 // params.name when `body` is one JSON-RPC request with method "tools/call";
@@ -54,6 +55,7 @@ struct TargetRequest {
   std::uint16_t port = 0;        // as connected to (a tool's port: compares with it)
   std::string_view origin_form;  // "/path?query" as sent
   std::string_view mcp_tool;
+  bool mcp_any = false;
 };
 
 struct TargetMatch {

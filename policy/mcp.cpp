@@ -36,6 +36,10 @@ McpRequest inspect_mcp_request(HeaderView headers, std::string_view body) noexce
     if (!body.empty()) {
       boost::system::error_code ec;
       auto const value = json::parse(body, ec);
+      if (!ec && value.is_array()) {
+        out.kind = McpKind::batch;
+        return out;
+      }
       if (!ec && value.is_object()) {
         auto const& request = value.get_object();
         if (auto const* m = string_member(request, "method")) {

@@ -5,7 +5,7 @@
 // which changes on every re-issue, nor params._meta), and the typed class of
 // a JSON-RPC answer.
 //
-// Answer classes (docs/mcp.md keeps this table for users):
+// Answer classes (docs/decisions.md, "MCP answers", keeps this table for users):
 //   result without isError                       ok
 //   result.isError: true (the tool's own failure) validation: not re-sent
 //                                                 with the same arguments
@@ -37,6 +37,7 @@ enum class McpKind {
   other,            // a JSON-RPC message that is not tools/call (initialize, tools/list, ...)
   tools_call,       // a tools/call request: tool is set
   header_mismatch,  // Mcp-Method / Mcp-Name disagree with the body: refuse (400, JSON-RPC -32001)
+  batch,            // a JSON array of messages: no longer in MCP (2025-06-18 removed batching)
 };
 
 struct McpRequest {

@@ -2,6 +2,7 @@
 #include "proxy/answers.hpp"
 
 #include "ledger/ledger.hpp"
+#include "policy/headers.hpp"
 #include "policy/reason.hpp"
 #include "proxy/log.hpp"
 #include "proxy/mcp_answer.hpp"
@@ -76,6 +77,12 @@ asio::awaitable<ForwardResult> write_problem(Call& c, const Problem& p, const ch
   co_return ForwardResult{ok && c.keep_alive};
 }
 
+std::string_view stored_header(const ledger::Headers& headers, std::string_view name) {
+  for (auto const& [k, v] : headers)
+    if (policy::iequals(k, name)) return v;
+  return {};
+}
+
 // The members every problem about this call carries.
 void describe_call(const Call& c, Problem& p) {
   auto& x = p.extra;
@@ -110,13 +117,22 @@ asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) 
 asio::awaitable<ForwardResult> answer_replay(Call& c) {
   auto& intent = *c.intent;
   c.answer_class = intent.answer_class.empty() ? "ok" : intent.answer_class;
-  if (!intent.response) {
+  // An MCP client reads a tool result: a stored answer with no JSON-RPC
+  // response in it (cut at ledger.response_cap, or found by a query lookup)
+  // is replaced by one that says the call completed and where its receipt is.
+  bool const mcp_unreadable = c.is_mcp && intent.response &&
+                              !mcp_response_message(stored_header(intent.response->headers, "Content-Type"),
+                                                    intent.response->body);
+  if (!intent.response || mcp_unreadable) {
     // Settled by an operator (complete with a receipt): the receipt is the answer.
-    json::object done{{"receipt", intent.receipt}, {"idempotency_key", intent.key}, {"settled_by", "operator"}};
+    json::object done{{"receipt", intent.receipt}, {"idempotency_key", intent.key},
+                      {"settled_by", intent.response ? "idemgate" : "operator"}};
     std::string body = json::serialize(done);
     if (c.is_mcp) {
-      // An MCP client reads a tool result (its id is set by the replay).
-      std::string text = "Completed by an operator; receipt: " + intent.receipt + "; idempotency key: " + intent.key;
+      std::string text = (intent.response ? "Completed earlier; the stored answer cannot be replayed whole"
+                                          : "Completed by an operator") +
+                         std::string("; receipt: ") + (intent.receipt.empty() ? "none recorded" : intent.receipt) +
+                         "; idempotency key: " + intent.key;
       json::object result{{"content", json::array{json::object{{"type", "text"}, {"text", std::move(text)}}}},
                           {"structuredContent", std::move(done)}};
       body = json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", nullptr}, {"result", std::move(result)}});
@@ -127,6 +143,7 @@ asio::awaitable<ForwardResult> answer_replay(Call& c) {
   auto headers = stored.headers;
   auto body = stored.body;
   if (c.is_mcp) shape_mcp_replay(headers, body, c.mcp.id, c.req["Mcp-Session-Id"]);
+  else std::erase_if(headers, [](const auto& h) { return is_mcp_session_header(h.first); });
   StringResponse res = client_response(stored.status, headers, std::move(body), c.version, c.keep_alive);
   // The stored body was cut at ledger.response_cap: say so, never pass it
   // off as the whole answer.

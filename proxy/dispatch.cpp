@@ -18,6 +18,36 @@ std::vector<policy::Header> header_view(const boost::beast::http::fields& f) {
   return out;
 }
 
+void set_class(Sent& s, policy::AnswerClass cls, const char* reason) {
+  s.cls.answer_class = cls;
+  s.cls.should_retry = policy::is_retryable(cls);
+  s.cls.reason = reason;
+}
+
+// An MCP server answers 200 whatever the tool did: the JSON-RPC message
+// inside (a JSON body or an SSE event) says what happened, and a 2xx with
+// no response to the call (a stream closed early, a 202) is not a result.
+// A 400 or 404 carrying a JSON-RPC error is the transport refusing the
+// session (missing or expired Mcp-Session-Id): the tool did not run.
+void reclass_mcp_answer(const Call& c, Sent& s) {
+  auto const& r = s.answer.response;
+  auto const content_type = r[boost::beast::http::field::content_type];
+  auto const status = r.result_int();
+  if (s.cls.answer_class == policy::AnswerClass::ok) {
+    if (auto mcp = classify_mcp_answer(content_type, r.body(), c.tool)) {
+      set_class(s, *mcp, "MCP JSON-RPC message");
+    } else if (!s.answer.tail) {  // an answer past the buffer streamed on whole: the status stands
+      bool const write = c.tool.effect != policy::Effect::read;
+      set_class(s, write ? policy::AnswerClass::unknown : policy::AnswerClass::transient,
+                "MCP: a 2xx answer with no JSON-RPC response to the call");
+    }
+  } else if (status == 400 || status == 404) {
+    auto message = mcp_response_message(content_type, r.body());
+    if (message && message->is_object() && message->get_object().contains("error"))
+      set_class(s, policy::AnswerClass::transient, "MCP: the session was refused before the tool ran");
+  }
+}
+
 }  // namespace
 
 std::chrono::milliseconds attempt_lease(const config::Config& cfg) {
@@ -45,16 +75,7 @@ asio::awaitable<Sent> send_upstream(Call& c, std::string_view key) {
   if (answered) hv = header_view(s.answer.response);
   policy::Answer a{s.answer.outcome, answered ? s.answer.response.result_int() : 0, hv};
   s.cls = policy::classify(a, c.tool, s.at);
-  // An MCP server answers 200 whatever the tool did: the JSON-RPC message
-  // inside (a JSON body or an SSE event) says what happened.
-  if (c.is_mcp && answered && s.cls.answer_class == policy::AnswerClass::ok) {
-    auto const& r = s.answer.response;
-    if (auto mcp = classify_mcp_answer(r[boost::beast::http::field::content_type], r.body(), c.tool)) {
-      s.cls.answer_class = *mcp;
-      s.cls.should_retry = policy::is_retryable(*mcp);
-      s.cls.reason = "MCP JSON-RPC message";
-    }
-  }
+  if (c.is_mcp && answered) reclass_mcp_answer(c, s);
   s.egress_refused = s.answer.problem && s.answer.problem->reason_code == "egress_denied";
   if (s.egress_refused) s.cls.answer_class = policy::AnswerClass::policy_deny;
   co_return s;

@@ -30,6 +30,7 @@
 #include <chrono>
 
 #include "policy/match.hpp"
+#include "policy/headers.hpp"
 #include "policy/mcp.hpp"
 
 namespace idemgate::proxy {
@@ -256,6 +257,23 @@ private:
         co_return false;
       }
       if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
+      // A batch could carry any tool's call, read by no rule here: refused
+      // where an MCP tool is (batches left MCP in 2025-06-18), passed on as
+      // any JSON body elsewhere.
+      if (mcp.kind == policy::McpKind::batch && cfg.tool_table) {
+        auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
+                                                      target->origin_form, {}, true});
+        if (at.tool && !at.tool->match.mcp_tool.empty()) {
+          Problem const p = bad_request("a JSON-RPC batch to an endpoint with MCP tools ('" + at.tool->name +
+                                        "'): MCP has no batches since revision 2025-06-18; send one tools/call per "
+                                        "request; nothing was sent");
+          std::string answer = mcp_error_body(p, nullptr, -32600);
+          worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+          co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
+                                   cfg.timeouts.client_header);
+          co_return false;
+        }
+      }
     }
     policy::TargetMatch matched;
     if (cfg.tool_table)
@@ -289,8 +307,11 @@ private:
   // in Mcp-Name), and both are compared before matching.
   static bool may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg) {
     if (req.method() != http::verb::post) return false;
-    auto ct = req[http::field::content_type];
-    if (ct.find("json") == std::string_view::npos && req.find("Mcp-Method") == req.end()) return false;
+    // Any spelling a server accepts ("Application/JSON; charset=utf-8").
+    auto const ct = req[http::field::content_type];
+    bool json = false;
+    for (std::size_t i = 0; !json && i + 4 <= ct.size(); ++i) json = policy::iequals(ct.substr(i, 4), "json");
+    if (!json && req.find("Mcp-Method") == req.end()) return false;
     return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
   }
 

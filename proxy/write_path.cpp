@@ -352,8 +352,9 @@ class WritePath {
       // stored as its first bytes, marked truncated.
       o.response = ledger::StoredResponse{s.answer.response.result_int(), headers_of(s.answer.response),
                                           s.answer.response.body(), s.answer.tail != nullptr};
-      // A session id is the first requester's: never stored for another.
-      if (c_.is_mcp) std::erase_if(o.response->headers, [](const auto& h) { return is_mcp_session_header(h.first); });
+      // A session id is the first requester's: never stored for another
+      // (whether or not the tool names an MCP tool).
+      std::erase_if(o.response->headers, [](const auto& h) { return is_mcp_session_header(h.first); });
     }
     if (o.state == ledger::IntentState::retryable || (o.state == ledger::IntentState::unknown && settled.waive))
       o.retry_after = s.cls.retry_after ? *s.cls.retry_after : std::chrono::milliseconds(0);

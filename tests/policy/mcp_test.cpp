@@ -79,7 +79,7 @@ TEST_CASE("inspect: tools/call named by the body, the headers, or both when they
       {"tools/call without a name", {}, R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}})",
        McpKind::other, "tools/call", "", true},
       {"not JSON-RPC at all", {}, R"({"amount":5})", McpKind::not_mcp, "", "", false},
-      {"a batch (no longer in the protocol) is not read as a call", {}, "[" + call + "]", McpKind::not_mcp, "", "",
+      {"a batch (no longer in the protocol) is its own kind, refused at MCP tools", {}, "[" + call + "]", McpKind::batch, "", "",
        false},
   };
   for (auto const& row : rows) {

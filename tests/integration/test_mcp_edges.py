@@ -1,0 +1,184 @@
+"""MCP edge cases through idemgate against a small scripted Streamable HTTP
+server that records every tools/call it ran (so duplicates are counted):
+- a JSON-RPC batch to an endpoint with MCP tools is refused, never passed on;
+- an upper-case Content-Type is still read as a tools/call and guarded;
+- a 200 with no JSON-RPC response to the call (an SSE stream closed after a
+  priming event) is an unknown outcome, never "completed";
+- a 404 JSON-RPC error (session not found) means the tool did not run: the
+  client's retry after re-initialising is sent, not refused;
+- a session id is never replayed, not even for a tool without mcp_tool."""
+import json
+import os
+import sys
+import threading
+import unittest
+from http.server import BaseHTTPRequestHandler
+
+sys.path.insert(0, os.path.dirname(__file__))
+from enforce_common import call, new_run  # noqa: E402
+from harness import Proxy  # noqa: E402
+from upstream import ServerThread  # noqa: E402
+
+CONFIG = """\
+listen: 127.0.0.1:0
+threads: 2
+ledger: {{ url: "sqlite:./ledger.db" }}
+egress: {{ allow_hosts: ["*"], allow_loopback: true }}
+timeouts: {{ client_header: 5s, upstream_connect: 2s, upstream_response: 5s, idle: 10s, drain: 5s }}
+tools:
+  - name: desk.create_ticket
+    match: {{ host: 127.0.0.1, port: {port}, method: POST, path: /mcp, mcp_tool: create_ticket }}
+    effect: write
+    idempotency: {{ honoured: false }}
+    reconcile: {{ mode: none }}
+  - name: desk.plain_write
+    match: {{ host: 127.0.0.1, port: {port}, method: POST, path: /plain }}
+    effect: write
+    idempotency: {{ honoured: false }}
+    reconcile: {{ mode: none }}
+"""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, body, content_type="application/json", headers=()):
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        owner = self.server.owner
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/plain":
+            owner.ran("plain")
+            self.answer(200, '{"ok":true}', headers=[("Mcp-Session-Id", "first-session")])
+            return
+        message = json.loads(body)
+        if isinstance(message, list):
+            for m in message:
+                owner.ran(m["params"]["arguments"]["title"])
+            self.answer(200, json.dumps([{"jsonrpc": "2.0", "id": m["id"], "result": {"content": []}}
+                                         for m in message]))
+            return
+        title = message["params"]["arguments"]["title"]
+        mode = owner.next_mode()
+        if mode == "session_gone":  # the transport refuses: the tool never runs
+            self.answer(404, json.dumps({"jsonrpc": "2.0", "id": None,
+                                         "error": {"code": -32001, "message": "Session not found"}}))
+            return
+        owner.ran(title)
+        if mode == "priming_only":  # ran, then the stream ended before the response
+            self.answer(200, "id: s1-1\nretry: 1000\ndata: \n\n", content_type="text/event-stream")
+            return
+        result = {"content": [{"type": "text", "text": "ticket " + title}]}
+        self.answer(200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}),
+                    headers=[("Mcp-Session-Id", "first-session")])
+
+
+class McpServer(ServerThread):
+    def __init__(self):
+        super().__init__(_Handler)
+        self.lock = threading.Lock()
+        self.effects = []
+        self.modes = []
+
+    def ran(self, title):
+        with self.lock:
+            self.effects.append(title)
+
+    def next_mode(self):
+        with self.lock:
+            return self.modes.pop(0) if self.modes else "ok"
+
+    def count(self, title):
+        with self.lock:
+            return self.effects.count(title)
+
+
+def tools_call(title, id_, name="create_ticket"):
+    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
+            "params": {"name": name, "arguments": {"title": title}}}
+
+
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+class McpEdgesTest(unittest.TestCase):
+    def setUp(self):
+        self.server = McpServer().__enter__()
+        self.addCleanup(self.server.__exit__, None, None, None)
+        self.proxy = Proxy(CONFIG.format(port=self.server.port)).start()
+        self.addCleanup(self.proxy.stop)
+        self.run_id = new_run()
+
+    def post(self, path, body, headers=None, session=None):
+        h = dict(ACCEPT)
+        if session:
+            h["Mcp-Session-Id"] = session
+        h.update(headers or {})
+        return call(self.proxy, "POST", self.server.url(path), body, h, run=self.run_id)
+
+    def test_batch_to_an_mcp_endpoint_is_refused(self):
+        answer = self.post("/mcp", [tools_call("batched", 1), tools_call("batched", 2)])
+        self.assertEqual(answer.status, 400, answer.body)
+        message = answer.json()
+        self.assertEqual(message["error"]["code"], -32600, message)
+        self.assertIn("batch", message["error"]["message"])
+        self.assertEqual(self.server.count("batched"), 0)
+
+    def test_upper_case_content_type_is_guarded(self):
+        body = json.dumps(tools_call("shouted", 1)).encode()
+        first = self.post("/mcp", body, {"Content-Type": "Application/JSON; charset=UTF-8"})
+        second = self.post("/mcp", json.dumps(tools_call("shouted", 2)).encode(),
+                           {"Content-Type": "APPLICATION/JSON"})
+        self.assertEqual(first.header("idemgate-decision"), "forwarded", first.body)
+        self.assertEqual(second.header("idemgate-decision"), "replayed", second.body)
+        self.assertEqual(second.json()["id"], 2)
+        self.assertEqual(self.server.count("shouted"), 1)
+
+    def test_ok_status_without_a_response_is_unknown(self):
+        self.server.modes = ["priming_only"]
+        first = self.post("/mcp", tools_call("lost", 1))
+        retry = self.post("/mcp", tools_call("lost", 2))
+        for answer, id_ in ((first, 1), (retry, 2)):
+            result = answer.json()
+            self.assertEqual(result["id"], id_, result)
+            self.assertTrue(result["result"]["isError"], result)
+            self.assertEqual(result["result"]["structuredContent"]["reason_code"], "tool_outcome_unknown", result)
+            self.assertEqual(answer.header("idemgate-decision"), "refused")
+        self.assertEqual(self.server.count("lost"), 1)
+
+    def test_session_not_found_is_retried_not_refused(self):
+        self.server.modes = ["session_gone"]
+        first = self.post("/mcp", tools_call("again", 1), session="expired")
+        self.assertEqual(first.status, 404, first.body)
+        self.assertEqual(first.header("idemgate-class"), "transient", first.headers)
+        retry = self.post("/mcp", tools_call("again", 2), session="fresh")
+        self.assertEqual(retry.status, 200, retry.body)
+        self.assertFalse(retry.json()["result"].get("isError"), retry.body)
+        self.assertEqual(retry.header("idemgate-decision"), "forwarded")
+        self.assertEqual(self.server.count("again"), 1)
+
+    def test_session_header_never_replayed(self):
+        first = self.post("/mcp", tools_call("mine", 1), session="first-session")
+        second = self.post("/mcp", tools_call("mine", 2), session="second-session")
+        self.assertEqual(second.header("idemgate-decision"), "replayed")
+        self.assertEqual(second.header("mcp-session-id"), "second-session")
+        self.assertEqual(first.header("mcp-session-id"), "first-session")
+        plain = [self.post("/plain", b'{"n":1}', {"Content-Type": "application/json"}) for _ in range(2)]
+        self.assertEqual(plain[1].header("idemgate-decision"), "replayed")
+        self.assertIsNone(plain[1].header("mcp-session-id"), plain[1].headers)
+        self.assertEqual(self.server.count("plain"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
