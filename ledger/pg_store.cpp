@@ -36,9 +36,11 @@ constexpr std::string_view escalation_columns =
     IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";
 #undef IDEMGATE_MS
 
+// Holds its row by value: rows[0] is a temporary (a row is a handle on the
+// result, cheap to copy), and a reference to it dangles at the semicolon.
 class PgRow final : public RowView {
  public:
-  explicit PgRow(const pqxx::row& row) : row_(row) {}
+  explicit PgRow(pqxx::row row) : row_(std::move(row)) {}
   bool is_null(int c) const override { return row_[c].is_null(); }
   std::int64_t int64(int c) const override { return row_[c].as<long long>(0); }
   std::optional<std::int64_t> optional_int64(int c) const override {
@@ -53,7 +55,7 @@ class PgRow final : public RowView {
   }
 
  private:
-  const pqxx::row& row_;
+  pqxx::row row_;
 };
 
 std::string q(pqxx::dbtransaction& w, std::string_view text) { return w.quote(std::string(text)); }
