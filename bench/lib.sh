@@ -148,10 +148,14 @@ rss_mib() { awk -v f="${2:-VmRSS}:" '$1 == f { printf "%.1f", $2 / 1024 }' "/pro
 # json_upstream_conf PORT: the tiny upstream answering {"id":"x"} (application/json)
 # with keep-alive to any method and path; X-Seen-Idempotency-Key echoes the
 # Idempotency-Key it received, so a bench can check that idemgate injected one.
+# It announces its idle timeout (Keep-Alive: timeout=65): idemgate sends a
+# guarded write only on a connection whose upstream said how long it stays
+# open, so without the header every write would open a fresh connection.
 json_upstream_conf() {
   cat <<CONF
   server {
     listen 127.0.0.1:$1;
+    keepalive_timeout 65s 65s;
     location / {
       default_type application/json;
       add_header X-Seen-Idempotency-Key \$http_idempotency_key always;

@@ -40,6 +40,10 @@ class Ledger::Job {
   // Store::count_calls, whose results come back through keep_charge().
   virtual ChargeRequest* charge() noexcept { return nullptr; }
   virtual void keep_charge(Result<RunCharge>) {}
+  // Non-null for an outcome: the outcomes of a batch are one
+  // Store::record_outcomes, whose results come back through keep_outcome().
+  virtual Outcome* outcome() noexcept { return nullptr; }
+  virtual void keep_outcome(Result<Intent>) {}
   // After the reservations and the charges: the attempt to begin, if any
   // (one Store::begin_attempts for the batch), its result to keep_start().
   virtual std::optional<AttemptRequest> first_attempt() { return std::nullopt; }
@@ -94,42 +98,53 @@ class CallJob final : public Ledger::Job {
   Completion<T, Handler> complete_;
 };
 
-template <class Handler>
-class ReserveJob final : public Ledger::Job {
+// One call whose request joins its batch's multi-row statement: keeps the
+// request, then the Result that statement gave it.
+template <class Request, class T, class Handler>
+class OneCallJob : public Ledger::Job {
  public:
-  ReserveJob(ReserveRequest request, Handler handler, LedgerStats& stats)
-      : Job({Ledger::Order::reservations, {}, 0}),
-        request_(std::move(request)),
-        complete_(std::move(handler), stats) {}
-  void run(Store& store) override {
-    keep(std::move(store.reserve_intents({&request_, 1}).front()));
-  }
+  OneCallJob(Ledger::Order order, Request request, Handler handler, LedgerStats& stats)
+      : Job(std::move(order)), request_(std::move(request)), complete_(std::move(handler), stats) {}
   void finish() override { complete_(std::move(*result_)); }
-  void fail(error_code why) override { complete_(Result<Reservation>(why)); }
-  ReserveRequest* reservation() noexcept override { return &request_; }
-  void keep(Result<Reservation> result) override { result_.emplace(std::move(result)); }
+  void fail(error_code why) override { complete_(Result<T>(why)); }
 
- private:
-  ReserveRequest request_;
-  std::optional<Result<Reservation>> result_;
-  Completion<Reservation, Handler> complete_;
+ protected:
+  Request request_;
+  std::optional<Result<T>> result_;
+  Completion<T, Handler> complete_;
 };
 
 template <class Handler>
-class ChargeJob final : public Ledger::Job {
+class ReserveJob final : public OneCallJob<ReserveRequest, Reservation, Handler> {
+ public:
+  ReserveJob(ReserveRequest request, Handler handler, LedgerStats& stats)
+      : OneCallJob<ReserveRequest, Reservation, Handler>({Ledger::Order::reservations, {}, 0},
+                                                         std::move(request), std::move(handler), stats) {}
+  void run(Store& store) override { keep(std::move(store.reserve_intents({&this->request_, 1}).front())); }
+  ReserveRequest* reservation() noexcept override { return &this->request_; }
+  void keep(Result<Reservation> result) override { this->result_.emplace(std::move(result)); }
+};
+
+template <class Handler>
+class ChargeJob final : public OneCallJob<ChargeRequest, RunCharge, Handler> {
  public:
   ChargeJob(ChargeRequest request, Handler handler, LedgerStats& stats)
-      : Job({Ledger::Order::runs, request.run, 0}), request_(std::move(request)), complete_(std::move(handler), stats) {}
-  void run(Store& store) override { keep_charge(std::move(store.count_calls({&request_, 1}).front())); }
-  void finish() override { complete_(std::move(*result_)); }
-  void fail(error_code why) override { complete_(Result<RunCharge>(why)); }
-  ChargeRequest* charge() noexcept override { return &request_; }
-  void keep_charge(Result<RunCharge> result) override { result_.emplace(std::move(result)); }
+      : OneCallJob<ChargeRequest, RunCharge, Handler>({Ledger::Order::runs, request.run, 0}, std::move(request),
+                                                      std::move(handler), stats) {}
+  void run(Store& store) override { keep_charge(std::move(store.count_calls({&this->request_, 1}).front())); }
+  ChargeRequest* charge() noexcept override { return &this->request_; }
+  void keep_charge(Result<RunCharge> result) override { this->result_.emplace(std::move(result)); }
+};
 
- private:
-  ChargeRequest request_;
-  std::optional<Result<RunCharge>> result_;
-  Completion<RunCharge, Handler> complete_;
+template <class Handler>
+class OutcomeJob final : public OneCallJob<Outcome, Intent, Handler> {
+ public:
+  OutcomeJob(Outcome outcome, Handler handler, LedgerStats& stats)
+      : OneCallJob<Outcome, Intent, Handler>({Ledger::Order::intents, {}, outcome.intent_id}, std::move(outcome),
+                                             std::move(handler), stats) {}
+  void run(Store& store) override { keep_outcome(store.record_outcome(this->request_)); }
+  Outcome* outcome() noexcept override { return &this->request_; }
+  void keep_outcome(Result<Intent> result) override { this->result_.emplace(std::move(result)); }
 };
 
 template <class Handler>
@@ -281,10 +296,11 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
 }
 
 void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
-  std::vector<Job*> reservers, chargers;
+  std::vector<Job*> reservers, chargers, recorders;
   for (auto& job : batch) {
     if (job->reservation()) reservers.push_back(job.get());
     if (job->charge()) chargers.push_back(job.get());
+    if (job->outcome()) recorders.push_back(job.get());
   }
   // Runs by id: the lock order (stable: one run's calls keep their order).
   std::stable_sort(chargers.begin(), chargers.end(),
@@ -298,8 +314,18 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
       auto results = store.reserve_intents(requests);
       for (std::size_t i = 0; i < reservers.size(); ++i) reservers[i]->keep(std::move(results[i]));
     }
+    if (!recorders.empty()) {
+      // The batch's outcomes, in queue order per intent (the sort was
+      // stable): before the other calls on intents, which may have been
+      // decided from an outcome not durable yet (the pending table).
+      std::vector<Outcome> outcomes;
+      outcomes.reserve(recorders.size());
+      for (auto* r : recorders) outcomes.push_back(std::move(*r->outcome()));
+      auto results = store.record_outcomes(outcomes);
+      for (std::size_t i = 0; i < recorders.size(); ++i) recorders[i]->keep_outcome(std::move(results[i]));
+    }
     for (auto& job : batch)
-      if (!job->reservation() && !job->charge()) job->run(store);
+      if (!job->reservation() && !job->charge() && !job->outcome()) job->run(store);
     if (!chargers.empty()) {
       std::vector<ChargeRequest> requests;
       requests.reserve(chargers.size());
@@ -324,7 +350,8 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
   if (batch.size() == 1 && !batch.front()->multi_step())
     body();  // its own transaction: no savepoint needed
   else
-    failed = store.batch(body);
+    // One caller's steps (an admission alone) share its fate: no savepoints.
+    failed = store.batch(body, batch.size() == 1 ? Store::Calls::together : Store::Calls::isolated);
   if (failed) {
     for (auto& job : batch) job->fail(failed);
     return;
@@ -377,27 +404,25 @@ Awaitable<T> Ledger::call(Order order, Op op) {
       asio::use_awaitable);
 }
 
-Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSnapshot snapshot) {
+template <class T, template <class> class JobT, class Request>
+Awaitable<T> Ledger::submit(Request request) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
-  request.request_snapshot = redact_request(snapshot, options_.redact);
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<Reservation>)>(
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<T>)>(
       [this, request = std::move(request)](auto handler) mutable {
         using Handler = decltype(handler);
-        enqueue(std::make_unique<ReserveJob<Handler>>(std::move(request), std::move(handler),
-                                                      stats_));
+        enqueue(std::make_unique<JobT<Handler>>(std::move(request), std::move(handler), stats_));
       },
       asio::use_awaitable);
 }
 
+Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSnapshot snapshot) {
+  request.request_snapshot = redact_request(snapshot, options_.redact);
+  return submit<Reservation, ReserveJob>(std::move(request));
+}
+
 Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
-  stats_.calls.fetch_add(1, std::memory_order_relaxed);
   request.reserve.request_snapshot = redact_request(snapshot, options_.redact);
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<Admission>)>(
-      [this, request = std::move(request)](auto handler) mutable {
-        using Handler = decltype(handler);
-        enqueue(std::make_unique<AdmitJob<Handler>>(std::move(request), std::move(handler), stats_));
-      },
-      asio::use_awaitable);
+  return submit<Admission, AdmitJob>(std::move(request));
 }
 
 Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {
@@ -411,10 +436,7 @@ Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {
   if (outcome.response)
     outcome.response =
         redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
-  auto order = intent_order(outcome.intent_id);
-  return call<Intent>(std::move(order), [outcome = std::move(outcome)](Store& s) {
-    return s.record_outcome(outcome);
-  });
+  return submit<Intent, OutcomeJob>(std::move(outcome));
 }
 
 Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {
@@ -468,14 +490,7 @@ Awaitable<std::vector<Intent>> Ledger::claim_lookups(std::vector<LookupDue> due,
 }
 
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
-  stats_.calls.fetch_add(1, std::memory_order_relaxed);
-  ChargeRequest request{std::move(run), budget, kind};
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<RunCharge>)>(
-      [this, request = std::move(request)](auto handler) mutable {
-        using Handler = decltype(handler);
-        enqueue(std::make_unique<ChargeJob<Handler>>(std::move(request), std::move(handler), stats_));
-      },
-      asio::use_awaitable);
+  return submit<RunCharge, ChargeJob>(ChargeRequest{std::move(run), budget, kind});
 }
 
 Awaitable<Run> Ledger::find_run(std::string run) {

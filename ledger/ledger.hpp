@@ -187,6 +187,9 @@ class Ledger {
  private:
   template <class T, class Op>
   Awaitable<T> call(Order order, Op op);
+  // Enqueues a JobT<Handler>(request, handler, stats) answering Result<T>.
+  template <class T, template <class> class JobT, class Request>
+  Awaitable<T> submit(Request request);
   void run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch);
   // false when the queue is full (or the ledger is stopping).
   bool enqueue(std::unique_ptr<Job> job);

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <numeric>
 
 namespace idemgate::ledger {
@@ -168,8 +169,9 @@ error_code PgStore::connect() {
 }
 
 struct PgStore::OpenBatch {
-  explicit OpenBatch(pqxx::connection& c) : w(c) {}
+  OpenBatch(pqxx::connection& c, Calls calls) : w(c), together(calls == Calls::together) {}
   pqxx::work w;
+  bool together;     // no savepoints: the first failing call fails the batch
   error_code error;  // set when the transaction itself failed
 };
 
@@ -177,7 +179,7 @@ template <class T, class F>
 Result<T> PgStore::in_savepoint(F& body) {
   auto& b = *batch_;
   if (b.error) return Result<T>(b.error);
-  auto fail_batch = [&](errc why) {
+  auto fail_batch = [&](error_code why) {
     b.error = why;
     return Result<T>(b.error);
   };
@@ -187,6 +189,16 @@ Result<T> PgStore::in_savepoint(F& body) {
     if (ended_by_server(connection_->c.sock())) return fail_batch(errc::unavailable);
     error_code error;
     try {
+      if (b.together) {
+        // One caller's calls: a savepoint is two round trips for nothing,
+        // since any failure fails that caller (below: the batch rolls back).
+        if constexpr (std::is_void_v<T>) {
+          body(b.w);
+          return Result<T>();
+        } else {
+          return Result<T>(body(b.w));
+        }
+      }
       // SAVEPOINT; RELEASE on commit(); ROLLBACK TO on an error (libpqxx
       // rolls back the transaction a failed statement ran in: here only the
       // subtransaction, the batch goes on).
@@ -209,7 +221,7 @@ Result<T> PgStore::in_savepoint(F& body) {
     } catch (const pqxx::transaction_rollback&) {
       // Deadlock or serialisation failure: rolling back to the savepoint
       // released this call's locks; run it again, a bounded number of times.
-      if (attempt < 3) continue;
+      if (!b.together && attempt < 3) continue;
       error = errc::conflict;
     } catch (const pqxx::sql_error& e) {
       if (is_connection_state(e.sqlstate())) return fail_batch(errc::unavailable);
@@ -220,16 +232,19 @@ Result<T> PgStore::in_savepoint(F& body) {
     } catch (const std::exception&) {
       error = errc::storage_failure;
     }
+    // Without a savepoint what the call did cannot be undone alone: nothing
+    // of the batch is written.
+    if (b.together) return fail_batch(error);
     return Result<T>(error);
   }
 }
 
-error_code PgStore::batch(const std::function<void()>& body) {
+error_code PgStore::batch(const std::function<void()>& body, Calls calls) {
   if (batch_) return errc::invalid_argument;
   if (auto ec = connect()) return ec;
   error_code error;
   try {
-    OpenBatch open(connection_->c);
+    OpenBatch open(connection_->c, calls);
     batch_ = &open;
     try {
       body();
@@ -559,6 +574,118 @@ Result<Intent> PgStore::record_outcome(const Outcome& o) {
              " AND state = 'open' AND reason_code IN ('money_unknown', 'tool_outcome_unknown')");
     return load_intent(w, o.intent_id);
   });
+}
+
+namespace {
+
+// One outcome as a row of record_outcomes' VALUES list, every value cast
+// (the first row types the list, and a NULL alone has no type).
+std::string outcome_row(pqxx::dbtransaction& w, const Outcome& o) {
+  auto state = to_string(o.state);
+  auto attempt_state = to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered);
+  std::string sources;
+  for (auto from : settle_sources(o.state, o.attempt > 0)) {
+    sources += sources.empty() ? "'" : ",'";
+    sources += to_string(from);
+    sources += '\'';
+  }
+  const auto* r = o.response ? &*o.response : nullptr;
+  return "(" + std::to_string(o.intent_id) + "::bigint," + q(w, state) + "::text," + q(w, o.answer_class) +
+         "::text," + (o.status ? std::to_string(*o.status) : "NULL") + "::int," +
+         (o.retry_after ? std::to_string(o.retry_after->count()) : "NULL") + "::bigint," + (o.waive ? "1" : "0") +
+         "::int," + q(w, o.receipt) + "::text," + (r ? "true" : "false") + "," +
+         (r ? std::to_string(r->status) : "NULL") + "::int," + (r ? q(w, encode_headers(r->headers)) : "NULL") +
+         "::text," + (r ? q_bytes(w, r->body) : "NULL") + "::bytea," + (r && r->truncated ? "true" : "false") + "," +
+         std::to_string(o.attempt) + "::int," + q(w, attempt_state) + "::text,ARRAY[" + sources + "]::text[]," +
+         q(w, "settled by reconciliation: " + o.answer_class) + "::text)";
+}
+
+}  // namespace
+
+std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> outcomes) {
+  std::vector<Result<Intent>> results(outcomes.size(), error_code(errc::invalid_argument));
+  // Rounds: round k holds the k-th outcome of each intent, so a statement
+  // updates an intent once and an intent's outcomes apply in their order.
+  std::vector<std::vector<std::size_t>> rounds;
+  std::map<std::int64_t, std::size_t> seen;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    auto k = seen[outcomes[i].intent_id]++;
+    if (rounds.size() <= k) rounds.emplace_back();
+    rounds[k].push_back(i);
+  }
+  for (auto& round : rounds) {
+    if (round.size() == 1) {
+      results[round.front()] = record_outcome(outcomes[round.front()]);
+      continue;
+    }
+    // record_outcome for the whole round in one statement: the intents'
+    // compare-and-set, their attempts and their escalations (data-modifying
+    // CTEs, one snapshot), the intents as they are now read back from it.
+    std::sort(round.begin(), round.end(),
+              [&](auto a, auto b) { return outcomes[a].intent_id < outcomes[b].intent_id; });  // the lock order
+    auto applied = transact([&](pqxx::dbtransaction& w) {
+      std::string values, ids;
+      for (auto i : round) {
+        values += (values.empty() ? "" : ",") + outcome_row(w, outcomes[i]);
+        ids += (ids.empty() ? "" : ",") + std::to_string(outcomes[i].intent_id);
+      }
+      std::map<std::int64_t, Intent> settled;
+      for (const auto& row : w.exec(
+               "WITH v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, o_receipt, o_has_response, "
+               "o_response_status, o_response_headers, o_response_body, o_response_truncated, o_attempt, "
+               "o_attempt_state, o_sources, o_note) AS (VALUES " + values + "), "
+               "u AS (UPDATE intents SET state = v.o_state, answer_class = v.o_class, status = v.o_status, "
+               "updated_at = now(), unknown_since = CASE WHEN v.o_state = 'unknown' THEN "
+               "coalesce(intents.unknown_since, now()) ELSE NULL END, "
+               "retry_not_before = now() + v.o_retry_ms * interval '1 millisecond', lease_until = NULL, "
+               "waived = intents.waived + v.o_waive, "
+               "receipt = CASE WHEN v.o_receipt = '' THEN intents.receipt ELSE v.o_receipt END, "
+               "response_status = CASE WHEN v.o_has_response THEN v.o_response_status ELSE intents.response_status END, "
+               "response_headers = CASE WHEN v.o_has_response THEN v.o_response_headers ELSE intents.response_headers END, "
+               "response_body = CASE WHEN v.o_has_response THEN v.o_response_body ELSE intents.response_body END, "
+               "response_truncated = CASE WHEN v.o_has_response THEN v.o_response_truncated "
+               "ELSE intents.response_truncated END "
+               "FROM v WHERE intents.id = v.o_id AND intents.state = ANY (v.o_sources) "
+               "AND (v.o_attempt = 0 OR intents.attempts = v.o_attempt) RETURNING intents.*), "
+               "a AS (UPDATE attempts SET state = v.o_attempt_state, answer_class = v.o_class, status = v.o_status, "
+               "receipt = v.o_receipt, finished_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_attempt > 0 "
+               "AND attempts.intent_id = u.id AND attempts.number = v.o_attempt "
+               "AND attempts.state IN ('dispatched', 'unknown')), "
+               "e AS (UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = v.o_receipt, "
+               "note = v.o_note, resolved_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_state <> 'unknown' "
+               "AND escalations.intent_id = u.id AND escalations.state = 'open' "
+               "AND escalations.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
+               "SELECT " + std::string(intent_columns) + " FROM u")) {
+        auto intent = read_intent(PgRow(row));
+        settled[intent.id] = std::move(intent);
+      }
+      // The rest were refused: illegal_transition when the intent exists.
+      std::set<std::int64_t> exists;
+      if (settled.size() < round.size())
+        for (const auto& row : w.exec("SELECT id FROM intents WHERE id IN (" + ids + ")"))
+          exists.insert(row[0].as<long long>());
+      std::vector<Result<Intent>> done;
+      for (auto i : round) {
+        auto found = settled.find(outcomes[i].intent_id);
+        if (found != settled.end())
+          done.emplace_back(std::move(found->second));
+        else
+          done.emplace_back(error_code(exists.count(outcomes[i].intent_id) ? errc::illegal_transition
+                                                                            : errc::not_found));
+      }
+      return done;
+    });
+    if (applied) {
+      for (std::size_t k = 0; k < round.size(); ++k) results[round[k]] = std::move((*applied)[k]);
+    } else if ((!batch_ || !batch_->error) && applied.error() == errc::storage_failure) {
+      // One bad row (a value the server refused) fails the statement: the
+      // round's outcomes one by one, so only that one fails.
+      for (auto i : round) results[i] = record_outcome(outcomes[i]);
+    } else {
+      for (auto i : round) results[i] = applied.error();
+    }
+  }
+  return results;
 }
 
 Result<Intent> PgStore::find_intent(std::int64_t intent_id) {

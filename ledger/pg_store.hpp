@@ -21,13 +21,15 @@ class PgStore final : public Store {
   ~PgStore() override;
 
   Result<int> migrate() override;
-  boost::system::error_code batch(const std::function<void()>& body) override;
+  boost::system::error_code batch(const std::function<void()>& body,
+                                  Calls calls = Calls::isolated) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
   Result<AttemptStart> begin_attempt(const AttemptRequest& request, const std::string& replica) override;
   std::vector<Result<AttemptStart>> begin_attempts(std::span<const AttemptRequest> requests,
                                                    const std::string& replica) override;
   std::vector<Result<RunCharge>> count_calls(std::span<const ChargeRequest> requests) override;
   Result<Intent> record_outcome(const Outcome&) override;
+  std::vector<Result<Intent>> record_outcomes(std::span<const Outcome>) override;
   Result<Intent> find_intent(std::int64_t intent_id) override;
   Result<Intent> find_intent_by_key(const std::string& key) override;
   Result<std::vector<Intent>> list_intents_by_run(const std::string& run, int limit) override;

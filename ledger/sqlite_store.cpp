@@ -104,8 +104,9 @@ auto SqliteStore::in_savepoint(F& body) -> Result<std::invoke_result_t<F&>> {
     error = errc::storage_failure;
   }
   // Some errors (I/O, disk full) make SQLite roll the whole transaction back:
-  // then the batch has failed. Otherwise only this method's part is undone.
-  if (sqlite3_get_autocommit(db_)) {
+  // then the batch has failed. Otherwise only this method's part is undone,
+  // and with Calls::together the batch fails too (nothing of it is written).
+  if (sqlite3_get_autocommit(db_) || together_) {
     batch_error_ = error;
   } else if (sqlite3_exec(db_, "ROLLBACK TO job; RELEASE job", nullptr, nullptr, nullptr) !=
              SQLITE_OK) {
@@ -114,8 +115,11 @@ auto SqliteStore::in_savepoint(F& body) -> Result<std::invoke_result_t<F&>> {
   return error;
 }
 
-boost::system::error_code SqliteStore::batch(const std::function<void()>& body) {
+boost::system::error_code SqliteStore::batch(const std::function<void()>& body, Calls calls) {
   if (in_batch_) return errc::invalid_argument;
+  // Savepoints cost nothing here (no round trip): Calls::together keeps them
+  // and only makes the first failure the batch's.
+  together_ = calls == Calls::together;
   try {
     sqlite::exec(db_, "BEGIN IMMEDIATE");
   } catch (const sqlite::SqliteError& e) {

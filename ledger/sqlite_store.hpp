@@ -20,7 +20,8 @@ class SqliteStore final : public Store {
 
   Result<int> migrate() override;
   // BEGIN IMMEDIATE ... SAVEPOINT/RELEASE (ROLLBACK TO) per method ... COMMIT.
-  boost::system::error_code batch(const std::function<void()>& body) override;
+  boost::system::error_code batch(const std::function<void()>& body,
+                                  Calls calls = Calls::isolated) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
   Result<AttemptStart> begin_attempt(const AttemptRequest& request, const std::string& replica) override;
   Result<Intent> record_outcome(const Outcome&) override;
@@ -65,6 +66,7 @@ class SqliteStore final : public Store {
 
   sqlite3* db_;
   bool in_batch_ = false;
+  bool together_ = false;  // the open batch is Calls::together
   boost::system::error_code batch_error_;  // the open batch's transaction failed
 };
 

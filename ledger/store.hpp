@@ -35,7 +35,14 @@ class Store {
   // methods body called after the failure returned that error at once.
   // Not reentrant. The default runs body with no shared transaction (every
   // method commits by itself), for stores that do not batch.
-  virtual boost::system::error_code batch(const std::function<void()>& body) {
+  //
+  // With Calls::together (a batch of one caller's calls) there are no
+  // savepoints: the first method that fails fails the batch, nothing body did
+  // is written, and batch() returns that method's error.
+  enum class Calls { isolated, together };
+  virtual boost::system::error_code batch(const std::function<void()>& body,
+                                          Calls calls = Calls::isolated) {
+    (void)calls;
     body();
     return {};
   }
@@ -72,6 +79,14 @@ class Store {
   // denied or retryable also settles its open money_unknown /
   // tool_outcome_unknown escalations (state completed, resolved_by idemgate).
   virtual Result<Intent> record_outcome(const Outcome& outcome) = 0;
+  // record_outcome for each outcome, applied in order (an intent's second
+  // outcome after its first). One result per outcome, in outcome order.
+  virtual std::vector<Result<Intent>> record_outcomes(std::span<const Outcome> outcomes) {
+    std::vector<Result<Intent>> out;
+    out.reserve(outcomes.size());
+    for (const auto& o : outcomes) out.push_back(record_outcome(o));
+    return out;
+  }
 
   virtual Result<Intent> find_intent(std::int64_t intent_id) = 0;
   // By the key sent upstream or an agent key bound to the intent; the newest.

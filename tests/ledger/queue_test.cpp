@@ -50,7 +50,7 @@ class GatedStore final : public Store {
     batch_error_ = why;
   }
 
-  boost::system::error_code batch(const std::function<void()>& body) override {
+  boost::system::error_code batch(const std::function<void()>& body, Calls) override {
     {
       std::lock_guard lock(mutex_);
       transactions_.emplace_back();
@@ -257,13 +257,13 @@ TEST_CASE("unit: calls of every kind waiting together share one transaction, in 
   CHECK(reserve_2.get()->intent.key == "k-2");
 
   // The first call ran alone (no batch); the eight waiting ran in one batch:
-  // the reservations as one statement, intents by id, the calls that lock
-  // nothing, runs by id.
+  // the reservations as one statement, the outcomes as one (by intent id),
+  // the other calls on intents by id, the calls that lock nothing, runs by id.
   auto transactions = gate.transactions();
   REQUIRE(transactions.size() == 1);
   CHECK(transactions[0] ==
-        std::vector<std::string>{"reserve_intents", "record_outcome 3", "begin_attempt 5",
-                                 "record_outcome 9", "find_intent", "count_call run-a",
+        std::vector<std::string>{"reserve_intents", "record_outcome 3", "record_outcome 9",
+                                 "begin_attempt 5", "find_intent", "count_call run-a",
                                  "count_call run-b"});
   CHECK(gate.batches() == std::vector<std::size_t>{2});
   CHECK(ledger->stats().batches == 2);
