@@ -50,6 +50,10 @@ class Ledger::Job {
   virtual void keep_start(Result<AttemptStart>) {}
   // More than one Store call: needs a transaction even when alone.
   virtual bool multi_step() const noexcept { return false; }
+  // The writer lane of a call that locks rows: outcomes (1) are written
+  // beside admissions (0), so an answer's outcome never holds up the next
+  // request's admission (see take_batch).
+  virtual int lane() const noexcept { return 0; }
 
   const Order order;
 };
@@ -144,6 +148,7 @@ class OutcomeJob final : public OneCallJob<Outcome, Intent, Handler> {
                                              std::move(handler), stats) {}
   void run(Store& store) override { keep_outcome(store.record_outcome(this->request_)); }
   Outcome* outcome() noexcept override { return &this->request_; }
+  int lane() const noexcept override { return 1; }
   void keep_outcome(Result<Intent> result) override { this->result_.emplace(std::move(result)); }
 };
 
@@ -158,12 +163,25 @@ class AdmitJob final : public Ledger::Job {
   void run(Store&) override {}  // multi_step: run_batch drives it
   bool multi_step() const noexcept override { return true; }
   ReserveRequest* reservation() noexcept override { return &request_.reserve; }
-  void keep(Result<Reservation> result) override { reservation_.emplace(std::move(result)); }
+  void keep(Result<Reservation> result) override {
+    reservation_.emplace(std::move(result));
+    // Stored with its first attempt begun (the charge counted, see below).
+    if (*reservation_ && (*reservation_)->started)
+      start_.emplace(AttemptStart{AttemptOutcome::started, 1, (*reservation_)->intent});
+  }
   ChargeRequest* charge() noexcept override { return &charge_; }
-  void keep_charge(Result<RunCharge> result) override { charge_result_.emplace(std::move(result)); }
+  void keep_charge(Result<RunCharge> result) override {
+    charge_result_.emplace(std::move(result));
+    // Charges run before reservations: a counted one lets a fresh
+    // reservation be stored with its first attempt begun, in one statement.
+    if (*charge_result_ && (*charge_result_)->outcome == ChargeOutcome::counted && request_.first_attempt &&
+        request_.first_attempt->max_attempts > 0)
+      request_.reserve.start = ReserveRequest::Start{request_.first_attempt->lease, request_.first_attempt->replica};
+  }
   std::optional<AttemptRequest> first_attempt() override {
     if (!request_.first_attempt || !reservation_ || !*reservation_ || !charge_result_ || !*charge_result_)
       return std::nullopt;
+    if ((*reservation_)->started) return std::nullopt;  // begun with the reservation
     if ((*reservation_)->outcome != ReserveOutcome::reserved || (*charge_result_)->outcome != ChargeOutcome::counted)
       return std::nullopt;
     const Intent& intent = (*reservation_)->intent;
@@ -219,6 +237,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
 
 Ledger::Ledger(std::vector<std::unique_ptr<Store>> stores, LedgerOptions options)
     : options_(std::move(options)), stores_(std::move(stores)) {
+  lanes_ = stores_.size() > 1 && stores_.front()->concurrent_writers();
   for (auto& store : stores_) workers_.emplace_back([this, s = store.get()] { work(*s); });
 }
 
@@ -271,7 +290,9 @@ bool locks_rows(const Ledger::Order& order) {
 
 }  // namespace
 
-bool Ledger::takeable(const Job& job) const { return !writing_ || !locks_rows(job.order); }
+int Ledger::lane_of(const Job& job) const { return lanes_ ? job.lane() : 0; }
+
+bool Ledger::takeable(const Job& job) const { return !locks_rows(job.order) || !writing_[lane_of(job)]; }
 
 std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
   std::vector<std::unique_ptr<Job>> batch;
@@ -280,9 +301,17 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
   batch.push_back(std::move(*first));
   queue_.erase(first);
   if (batch.front()->order.phase == Order::alone) return batch;
+  // One lane's locking calls per batch: the lane of the first one.
+  std::optional<int> lane;
+  if (locks_rows(batch.front()->order)) lane = lane_of(*batch.front());
+  auto fits = [&](const Job& job) {
+    if (!locks_rows(job.order)) return true;
+    if (!lane) lane = lane_of(job);
+    return lane_of(job) == *lane;
+  };
   // Group commit: every call waiting now joins this transaction.
   for (auto it = queue_.begin(); it != queue_.end() && batch.size() < options_.max_batch;) {
-    if ((*it)->order.phase != Order::alone && takeable(**it)) {
+    if ((*it)->order.phase != Order::alone && takeable(**it) && fits(**it)) {
       batch.push_back(std::move(*it));
       it = queue_.erase(it);
     } else {
@@ -306,6 +335,15 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
   std::stable_sort(chargers.begin(), chargers.end(),
                    [](Job* a, Job* b) { return a->charge()->run < b->charge()->run; });
   auto body = [&] {
+    // Runs first (by id: the lock order), then intents: an admission's
+    // counted charge lets its reservation begin the first attempt.
+    if (!chargers.empty()) {
+      std::vector<ChargeRequest> requests;
+      requests.reserve(chargers.size());
+      for (auto* c : chargers) requests.push_back(*c->charge());
+      auto results = store.count_calls(requests);
+      for (std::size_t i = 0; i < chargers.size(); ++i) chargers[i]->keep_charge(std::move(results[i]));
+    }
     if (!reservers.empty()) {
       // The batch's reservations: one multi-row statement.
       std::vector<ReserveRequest> requests;
@@ -326,13 +364,6 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
     }
     for (auto& job : batch)
       if (!job->reservation() && !job->charge() && !job->outcome()) job->run(store);
-    if (!chargers.empty()) {
-      std::vector<ChargeRequest> requests;
-      requests.reserve(chargers.size());
-      for (auto* c : chargers) requests.push_back(*c->charge());
-      auto results = store.count_calls(requests);
-      for (std::size_t i = 0; i < chargers.size(); ++i) chargers[i]->keep_charge(std::move(results[i]));
-    }
     // Last: intents this batch reserved itself, locked by it already.
     std::vector<Job*> starters;
     std::vector<AttemptRequest> starts;
@@ -369,6 +400,7 @@ void Ledger::work(Store& store) {
   for (;;) {
     std::vector<std::unique_ptr<Job>> batch;
     bool writer = false;
+    int lane = 0;
     {
       std::unique_lock lock(mutex_);
       ready_.wait(lock, [&] {
@@ -376,15 +408,18 @@ void Ledger::work(Store& store) {
       });
       if (queue_.empty()) return;
       batch = take_batch();
-      writer = batch.front()->order.phase != Order::alone &&
-               std::any_of(batch.begin(), batch.end(), [](const auto& j) { return locks_rows(j->order); });
-      if (writer) writing_ = true;
+      auto locker = std::find_if(batch.begin(), batch.end(), [](const auto& j) { return locks_rows(j->order); });
+      writer = batch.front()->order.phase != Order::alone && locker != batch.end();
+      if (writer) {
+        lane = lane_of(**locker);
+        writing_[lane] = true;
+      }
     }
     run_batch(store, batch);
     if (writer) {
       {
         std::lock_guard lock(mutex_);
-        writing_ = false;
+        writing_[lane] = false;
       }
       // The calls that queued up meanwhile are the next batch.
       ready_.notify_all();
@@ -422,6 +457,7 @@ Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSna
 
 Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
   request.reserve.request_snapshot = redact_request(snapshot, options_.redact);
+  if (request.first_attempt) request.first_attempt->replica = options_.replica_id;
   return submit<Admission, AdmitJob>(std::move(request));
 }
 

@@ -197,6 +197,7 @@ class Ledger {
   // The next batch this worker may take (empty: none now). Under mutex_.
   std::vector<std::unique_ptr<Job>> take_batch();
   bool takeable(const Job& job) const;
+  int lane_of(const Job& job) const;
 
   LedgerOptions options_;
   LedgerStats stats_;
@@ -206,7 +207,10 @@ class Ledger {
   std::condition_variable ready_;
   std::deque<std::unique_ptr<Job>> queue_;
   bool stopping_ = false;
-  bool writing_ = false;  // a worker runs a batch holding locking calls
+  // Per writer lane (0: admissions, run charges, attempts; 1: outcomes): a
+  // worker runs a batch holding that lane's locking calls.
+  bool writing_[2] = {false, false};
+  bool lanes_ = false;  // the store has concurrent writers: outcomes get lane 1
   std::vector<std::thread> workers_;
   std::string fingerprint_key_;
 };

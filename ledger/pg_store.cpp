@@ -384,41 +384,80 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
 
     auto before = bound_keys();
     std::vector<std::size_t> live;
-    std::string pairs, values;
     for (auto i : order) {
       if (auto other = mismatch(before, i)) {
         done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
         continue;
       }
-      const auto& r = requests[i];
       live.push_back(i);
-      pairs += (pairs.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.fingerprint) + ")";
-      values += (values.empty() ? "(" : ",(") + q(w, r.run) + "," + q(w, r.tool) + "," +
-                q(w, r.scope) + "," + q(w, r.fingerprint) + "," + q(w, r.key) +
-                ",'reserved'," + q(w, r.request_snapshot) + "," + q(w, r.window.count()) + "," +
-                q(w, r.unknown_ttl.count()) + ",now() + " + q_millis(r.window) + ")";
     }
     if (live.empty()) return done;
-    // A live intent whose window has passed and that holds no unresolved
-    // dispatch gives its fingerprint up to the new reservation.
-    w.exec("UPDATE intents SET superseded = true WHERE NOT superseded AND window_until <= now() "
-           "AND " + sql_state_guard({IntentState::reserved, IntentState::completed,
-                                     IntentState::denied, IntentState::retryable}) +
-           " AND (scope, fingerprint) IN (" + pairs + ")");
+    auto pair_of = [&](std::size_t i) { return "(" + q(w, requests[i].scope) + "," + q(w, requests[i].fingerprint) + ")"; };
+    auto join = [&](const std::vector<std::size_t>& which, auto&& item) {
+      std::string list;
+      for (auto i : which) list += (list.empty() ? "" : ",") + item(i);
+      return list;
+    };
     // Group commit: one statement, one durable commit, many reservations.
     // Exactly one row per scope+fingerprint gets in; the others conflict.
-    std::map<std::int64_t, bool> inserted;
-    for (const auto& row : w.exec(
-             "INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, "
-             "request_snapshot, window_ms, unknown_ttl_ms, window_until) VALUES " + values +
-             " ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING id"))
-      inserted[row[0].as<long long>()] = true;
-
+    // The rows that got in come back whole: no read-back for them.
     std::map<std::pair<std::string, std::string>, Intent> rows;
-    for (const auto& row :
-         w.exec(select_intents("NOT superseded AND (scope, fingerprint) IN (" + pairs + ")"))) {
-      auto intent = read_intent(PgRow(row));
-      rows[{intent.scope, intent.fingerprint}] = std::move(intent);
+    std::set<std::int64_t> inserted;
+    // Requests with a start are inserted with attempt 1 begun, and their
+    // attempts rows written by the same statement (all of one replica).
+    std::string replica;
+    for (auto i : live)
+      if (requests[i].start) {
+        if (!replica.empty() && replica != requests[i].start->replica) throw Abort{errc::invalid_argument};
+        replica = requests[i].start->replica;
+      }
+    auto insert = [&](const std::vector<std::size_t>& which) {
+      auto values = join(which, [&](std::size_t i) {
+        const auto& r = requests[i];
+        return "(" + q(w, r.run) + "," + q(w, r.tool) + "," + q(w, r.scope) + "," + q(w, r.fingerprint) + "," +
+               q(w, r.key) + (r.start ? ",'dispatched',1,now() + " + q_millis(r.start->lease) : ",'reserved',0,NULL") +
+               "," + q(w, r.request_snapshot) + "," + q(w, r.window.count()) + "," + q(w, r.unknown_ttl.count()) +
+               ",now() + " + q_millis(r.window) + ")";
+      });
+      for (const auto& row : w.exec(
+               "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, "
+               "lease_until, request_snapshot, window_ms, unknown_ttl_ms, window_until) VALUES " + values +
+               " ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
+               "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
+               "SELECT id, 1, " + q(w, replica) + ", 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
+               "SELECT " + std::string(intent_columns) + " FROM ins")) {
+        auto intent = read_intent(PgRow(row));
+        inserted.insert(intent.id);
+        auto key = std::pair{intent.scope, intent.fingerprint};
+        rows[key] = std::move(intent);
+      }
+    };
+    auto conflicted = [&] {
+      std::vector<std::size_t> rest;
+      std::set<std::pair<std::string, std::string>> listed;
+      for (auto i : live)
+        if (!rows.count({requests[i].scope, requests[i].fingerprint}) &&
+            listed.insert({requests[i].scope, requests[i].fingerprint}).second)
+          rest.push_back(i);
+      return rest;
+    };
+    insert(live);
+    if (auto rest = conflicted(); !rest.empty()) {
+      // A live intent whose window has passed and that holds no unresolved
+      // dispatch gives its fingerprint up to the new reservation.
+      auto superseded = w.exec("UPDATE intents SET superseded = true WHERE NOT superseded AND window_until <= now() "
+                               "AND " + sql_state_guard({IntentState::reserved, IntentState::completed,
+                                                         IntentState::denied, IntentState::retryable}) +
+                               " AND (scope, fingerprint) IN (" + join(rest, pair_of) + ")")
+                            .affected_rows();
+      if (superseded) insert(rest);
+      if (auto existing = conflicted(); !existing.empty())
+        for (const auto& row :
+             w.exec(select_intents("NOT superseded AND (scope, fingerprint) IN (" + join(existing, pair_of) + ")"))) {
+          auto intent = read_intent(PgRow(row));
+          auto key = std::pair{intent.scope, intent.fingerprint};
+          rows[key] = std::move(intent);
+        }
     }
     std::string binds;
     for (auto i : live) {
@@ -430,7 +469,8 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       // request of this batch for the same fingerprint is "existing".
       bool won = inserted.count(intent.id) && intent.key == r.key;
       if (won) inserted.erase(intent.id);
-      done[i] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing, intent};
+      done[i] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing, intent,
+                            won && r.start.has_value()};
       if (!r.agent_key.empty())
         binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +
                  q(w, r.fingerprint) + "," + std::to_string(intent.id) + ")";
@@ -441,9 +481,18 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       // A concurrent transaction may have bound one of these keys to another
       // fingerprint first: that request is a mismatch after all.
       auto after = bound_keys();
+      std::string unstart;
       for (auto i : live)
-        if (auto other = mismatch(after, i))
+        if (auto other = mismatch(after, i)) {
+          // Its row must not say an attempt began: nothing will be sent.
+          if (done[i] && done[i]->started)
+            unstart += (unstart.empty() ? "" : ",") + std::to_string(done[i]->intent.id);
           done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+        }
+      if (!unstart.empty()) {
+        w.exec("DELETE FROM attempts WHERE number = 1 AND intent_id IN (" + unstart + ")");
+        w.exec("UPDATE intents SET state = 'reserved', attempts = 0, lease_until = NULL WHERE id IN (" + unstart + ")");
+      }
     }
     return done;
   });
@@ -467,16 +516,17 @@ Result<AttemptStart> PgStore::begin_attempt(const AttemptRequest& r, const std::
         " AND attempts = " + std::to_string(r.expected_attempts) +
         " AND attempts - waived < " + std::to_string(r.max_attempts) +
         " AND (retry_not_before IS NULL OR retry_not_before <= now()) AND " +
-        sql_state_guard(dispatchable_states()) + " RETURNING attempts");
+        sql_state_guard(dispatchable_states()) + " RETURNING " + std::string(intent_columns));
     if (changed.empty()) {
       auto intent = load_intent(w, r.intent_id);
       auto why = refusal_reason(intent, r);
       return AttemptStart{why, 0, std::move(intent)};
     }
-    int number = changed[0][0].as<int>();
+    auto intent = read_intent(PgRow(changed[0]));
     w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) VALUES (" + id + ", " +
-           std::to_string(number) + ", " + q(w, replica) + ", 'dispatched', " + lease + ")");
-    return AttemptStart{AttemptOutcome::started, number, load_intent(w, r.intent_id)};
+           std::to_string(intent.attempts) + ", " + q(w, replica) + ", 'dispatched', " + lease + ")");
+    int number = intent.attempts;
+    return AttemptStart{AttemptOutcome::started, number, std::move(intent)};
   });
 }
 
@@ -495,6 +545,7 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
       ids += (ids.empty() ? "" : ",") + std::to_string(r.intent_id);
     }
     std::map<std::int64_t, int> started;
+    std::map<std::int64_t, Intent> now;
     for (const auto& row : w.exec(
              "WITH v(id, expected_state, expected_attempts, max_attempts, lease_ms) AS (VALUES " + values +
              "), begun AS (UPDATE intents SET state = 'dispatched', attempts = intents.attempts + 1, "
@@ -502,16 +553,23 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
              "WHERE intents.id = v.id AND intents.state = v.expected_state AND intents.attempts = v.expected_attempts "
              "AND intents.attempts - intents.waived < v.max_attempts AND (intents.retry_not_before IS NULL OR "
              "intents.retry_not_before <= now()) AND " + sql_state_guard(dispatchable_states(), "intents.state") +
-             " RETURNING intents.id, intents.attempts, intents.lease_until), "
+             " RETURNING intents.*), "
              "recorded AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
              "SELECT id, attempts, " + q(w, replica) + ", 'dispatched', lease_until FROM begun) "
-             "SELECT id, attempts FROM begun"))
-      started[row[0].as<long long>()] = row[1].as<int>();
-    std::map<std::int64_t, Intent> now;
-    for (const auto& row : w.exec(select_intents("id IN (" + ids + ")"))) {
+             "SELECT " + std::string(intent_columns) + " FROM begun")) {
       auto intent = read_intent(PgRow(row));
+      started[intent.id] = intent.attempts;
       now[intent.id] = std::move(intent);
     }
+    // The refused ones as they are now (what they were refused for).
+    std::string refused;
+    for (const auto& r : requests)
+      if (!started.count(r.intent_id)) refused += (refused.empty() ? "" : ",") + std::to_string(r.intent_id);
+    if (!refused.empty())
+      for (const auto& row : w.exec(select_intents("id IN (" + refused + ")"))) {
+        auto intent = read_intent(PgRow(row));
+        now[intent.id] = std::move(intent);
+      }
     std::vector<Result<AttemptStart>> done;
     for (const auto& r : requests) {
       auto found = now.find(r.intent_id);
@@ -772,6 +830,19 @@ Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> du
 Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budget, CallKind kind) {
   return transact([&](pqxx::dbtransaction& w) {
     auto id = q(w, run);
+    auto open = std::string("runs.calls < runs.budget AND (runs.state = 'active'") +
+                (kind == CallKind::read ? " OR runs.state = 'frozen')" : ")");
+    if (budget > 0) {
+      // One round trip when the call counts: a new run is created with this
+      // call counted, a known one counted if it is open and under budget.
+      auto counted = w.exec("INSERT INTO runs (run_id, budget, calls) VALUES (" + id + ", " + std::to_string(budget) +
+                            ", 1) ON CONFLICT (run_id) DO UPDATE SET calls = runs.calls + 1, updated_at = now() "
+                            "WHERE " + open + " RETURNING calls, budget");
+      if (!counted.empty())
+        return RunCharge{ChargeOutcome::counted, counted[0][0].as<long long>(), counted[0][1].as<long long>()};
+      auto current = *load_run(w, run);
+      return RunCharge{charge_refusal(current, kind), current.calls, current.budget};
+    }
     w.exec("INSERT INTO runs (run_id, budget) VALUES (" + id + ", " + std::to_string(budget) +
            ") ON CONFLICT (run_id) DO NOTHING");
     auto counted = w.exec(std::string("UPDATE runs SET calls = calls + 1, updated_at = now() "

@@ -28,6 +28,7 @@ class PgStore final : public Store {
   std::vector<Result<AttemptStart>> begin_attempts(std::span<const AttemptRequest> requests,
                                                    const std::string& replica) override;
   std::vector<Result<RunCharge>> count_calls(std::span<const ChargeRequest> requests) override;
+  bool concurrent_writers() const noexcept override { return true; }
   Result<Intent> record_outcome(const Outcome&) override;
   std::vector<Result<Intent>> record_outcomes(std::span<const Outcome>) override;
   Result<Intent> find_intent(std::int64_t intent_id) override;

@@ -266,8 +266,19 @@ std::vector<Result<Reservation>> SqliteStore::reserve_intents(
   auto batch = transact(Lock::write, [&] {
     auto now = now_epoch_ms();
     std::vector<Result<Reservation>> done = results;
-    for (std::size_t i = 0; i < requests.size(); ++i)
-      if (valid(requests[i])) done[i] = reserve_one(requests[i], now);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (!valid(requests[i])) continue;
+      auto reservation = reserve_one(requests[i], now);
+      if (reservation.outcome == ReserveOutcome::reserved && requests[i].start) {
+        const auto& start = *requests[i].start;
+        auto begun = begin_one(AttemptRequest{reservation.intent.id, IntentState::reserved, 0, 1, start.lease},
+                               start.replica, now);
+        if (begun.outcome != AttemptOutcome::started) throw Abort{errc::conflict};  // a fresh row always begins
+        reservation.intent = std::move(begun.intent);
+        reservation.started = true;
+      }
+      done[i] = std::move(reservation);
+    }
     return done;
   });
   if (!batch) {
@@ -278,8 +289,11 @@ std::vector<Result<Reservation>> SqliteStore::reserve_intents(
 }
 
 Result<AttemptStart> SqliteStore::begin_attempt(const AttemptRequest& r, const std::string& replica) {
-  return transact(Lock::write, [&] {
-    auto now = now_epoch_ms();
+  return transact(Lock::write, [&] { return begin_one(r, replica, now_epoch_ms()); });
+}
+
+AttemptStart SqliteStore::begin_one(const AttemptRequest& r, const std::string& replica, std::int64_t now) {
+  {
     auto lease_until = now + r.lease.count();
     int changed =
         Statement(db_, sql("UPDATE intents SET state = 'dispatched', attempts = attempts + 1, "
@@ -309,7 +323,7 @@ Result<AttemptStart> SqliteStore::begin_attempt(const AttemptRequest& r, const s
         .bind(5, lease_until)
         .run();
     return AttemptStart{AttemptOutcome::started, intent.attempts, std::move(intent)};
-  });
+  }
 }
 
 Result<Intent> SqliteStore::record_outcome(const Outcome& o) {

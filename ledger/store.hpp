@@ -47,6 +47,10 @@ class Store {
     return {};
   }
 
+  // True when two connections can write at once without one waiting for
+  // the other's commit (PostgreSQL row locks; not SQLite's database lock).
+  virtual bool concurrent_writers() const noexcept { return false; }
+
   // Reserves each request, all in one transaction (group commit). For each
   // scope+fingerprint exactly one caller across all processes gets
   // ReserveOutcome::reserved; the others get the live row. Results are in

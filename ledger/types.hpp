@@ -107,6 +107,14 @@ struct ReserveRequest {
   Millis window{std::chrono::hours(24)};
   Millis unknown_ttl{std::chrono::minutes(15)};
   std::string request_snapshot;  // redacted by the Ledger before it is stored
+  // Set: a fresh reservation is stored with its first attempt begun (attempt
+  // 1, dispatched, owned by `replica` until now + lease), what begin_attempt
+  // would do next, in the same statement. An existing intent is left as is.
+  struct Start {
+    Millis lease{0};
+    std::string replica;
+  };
+  std::optional<Start> start;
 };
 
 enum class ReserveOutcome {
@@ -118,6 +126,7 @@ enum class ReserveOutcome {
 struct Reservation {
   ReserveOutcome outcome = ReserveOutcome::reserved;
   Intent intent;
+  bool started = false;  // reserved with request.start: attempt 1 began
 };
 
 enum class AttemptOutcome {
@@ -185,6 +194,7 @@ struct ChargeRequest {
 struct FirstAttempt {
   int max_attempts = 1;
   Millis lease{0};
+  std::string replica;  // filled by Ledger::admit
 };
 
 struct AdmitRequest {

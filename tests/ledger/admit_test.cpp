@@ -203,3 +203,66 @@ LEDGER_CONFORMANCE(batched_attempts, "begin_attempts: the compare-and-set per in
   CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state FROM attempts ORDER BY intent_id") ==
         "1 replica-x dispatched\n1 replica-x dispatched\n");
 }
+
+LEDGER_CONFORMANCE(reserve_with_start,
+                   "reserve_intents with a start stores a fresh intent with attempt 1 begun, and only a fresh one") {
+  auto store = open_store(backend);
+  auto with_start = [](const std::string& fp, const std::string& key) {
+    auto r = reserve_request(fp, key);
+    r.start = ReserveRequest::Start{Millis(60000), "replica-s"};
+    return r;
+  };
+  // Two requests for one fingerprint and one for another, in one call.
+  std::vector<ReserveRequest> requests{with_start("s-1", "k-1"), with_start("s-1", "k-2"), with_start("s-2", "k-3")};
+  auto results = store->reserve_intents(requests);
+  REQUIRE(results.size() == 3);
+  for (auto& r : results) REQUIRE_MESSAGE(r.has_value(), r.error().message());
+  CHECK(results[0]->outcome == ReserveOutcome::reserved);
+  CHECK(results[0]->started);
+  CHECK(results[0]->intent.state == IntentState::dispatched);
+  CHECK(results[0]->intent.attempts == 1);
+  CHECK(results[0]->intent.lease_until.has_value());
+  CHECK(results[1]->outcome == ReserveOutcome::existing);
+  CHECK(!results[1]->started);
+  CHECK(results[1]->intent.id == results[0]->intent.id);
+  CHECK(results[2]->started);
+  auto id = std::to_string(results[0]->intent.id);
+  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state FROM attempts WHERE intent_id = " + id) ==
+        "1 replica-s dispatched\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "2\n");
+  // The attempt is what begin_attempt would have begun: it settles as one.
+  auto settled = store->record_outcome(completed(results[0]->intent.id, 1));
+  REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
+  CHECK(settled->state == IntentState::completed);
+  // Again for a live fingerprint: existing, nothing begun.
+  auto again = with_start("s-2", "k-4");
+  auto existing = store->reserve_intents({&again, 1}).front();
+  REQUIRE(existing.has_value());
+  CHECK(existing->outcome == ReserveOutcome::existing);
+  CHECK(!existing->started);
+  CHECK(existing->intent.attempts == 1);
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "2\n");
+  // Without a start: reserved, no attempt.
+  auto plain = reserve_request("s-3", "k-5");
+  auto reserved = store->reserve_intents({&plain, 1}).front();
+  REQUIRE(reserved.has_value());
+  CHECK(!reserved->started);
+  CHECK(reserved->intent.state == IntentState::reserved);
+  CHECK(reserved->intent.attempts == 0);
+}
+
+LEDGER_CONFORMANCE(admit_refused_charge_begins_nothing,
+                   "admit: a refused charge leaves the fresh reservation reserved with no attempt") {
+  auto ledger = open_ledger(backend);
+  auto first = run(admit_and_settle(*ledger, admit_request("b-1", "k-1", 1, "run-b")));
+  REQUIRE(first.admission.has_value());
+  REQUIRE(first.admission->start.has_value());
+  auto second = run(admit_and_settle(*ledger, admit_request("b-2", "k-2", 1, "run-b")));
+  REQUIRE(second.admission.has_value());
+  CHECK(second.admission->charge.outcome == ChargeOutcome::exhausted);
+  CHECK(!second.admission->start.has_value());
+  CHECK(!second.admission->reservation.started);
+  CHECK(second.admission->reservation.intent.state == IntentState::reserved);
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " +
+                      std::to_string(second.admission->reservation.intent.id)) == "0\n");
+}

@@ -63,13 +63,22 @@ class GatedStore final : public Store {
   }
 
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest> r) override {
-    enter("reserve_intents");
+    std::string started;
+    for (const auto& request : r)
+      if (request.start) started += " start " + request.start->replica;
+    enter("reserve_intents" + started);
     std::lock_guard lock(mutex_);
     batches_.push_back(r.size());
     std::vector<Result<Reservation>> out;
     for (const auto& request : r) {
       Reservation reservation;
       reservation.intent.key = request.key;
+      // As a real store: a fresh row stored with its first attempt begun.
+      reservation.started = request.start.has_value();
+      if (reservation.started) {
+        reservation.intent.state = IntentState::dispatched;
+        reservation.intent.attempts = 1;
+      }
       out.push_back(reservation);
     }
     return out;
@@ -257,14 +266,13 @@ TEST_CASE("unit: calls of every kind waiting together share one transaction, in 
   CHECK(reserve_2.get()->intent.key == "k-2");
 
   // The first call ran alone (no batch); the eight waiting ran in one batch:
-  // the reservations as one statement, the outcomes as one (by intent id),
-  // the other calls on intents by id, the calls that lock nothing, runs by id.
+  // runs by id, the reservations as one statement, the outcomes as one (by
+  // intent id), the other calls on intents by id, the calls that lock nothing.
   auto transactions = gate.transactions();
   REQUIRE(transactions.size() == 1);
   CHECK(transactions[0] ==
-        std::vector<std::string>{"reserve_intents", "record_outcome 3", "record_outcome 9",
-                                 "begin_attempt 5", "find_intent", "count_call run-a",
-                                 "count_call run-b"});
+        std::vector<std::string>{"count_call run-a", "count_call run-b", "reserve_intents",
+                                 "record_outcome 3", "record_outcome 9", "begin_attempt 5", "find_intent"});
   CHECK(gate.batches() == std::vector<std::size_t>{2});
   CHECK(ledger->stats().batches == 2);
   CHECK(ledger->stats().batched_jobs == 9);
@@ -353,7 +361,7 @@ TEST_CASE("unit: one writer: locking calls wait for its commit and go together; 
   }
 }
 
-TEST_CASE("unit: an admission runs its reservation first, its charge with the runs, its first attempt last") {
+TEST_CASE("unit: an admission runs its charge first, then its reservation, which begins the attempt when counted") {
   GatedLedger gated;
   auto& gate = *gated.gate;
   auto& ledger = gated.ledger;
@@ -376,12 +384,16 @@ TEST_CASE("unit: an admission runs its reservation first, its charge with the ru
   CHECK(a->charge.outcome == ChargeOutcome::counted);
   REQUIRE(a->start.has_value());
   CHECK(a->start->outcome == AttemptOutcome::started);
+  CHECK(a->start->attempt == 1);
+  CHECK(a->start->intent.state == IntentState::dispatched);
   CHECK(outcome_9.get().has_value());
   CHECK(charge_a.get().has_value());
   auto transactions = gate.transactions();
   REQUIRE(transactions.size() == 1);
-  CHECK(transactions[0] == std::vector<std::string>{"reserve_intents", "record_outcome 9", "count_call run-a",
-                                                    "count_call run-b", "begin_attempt 0"});
+  // The runs (by id), then the reservation carrying the first attempt (no
+  // begin_attempt after it), then the outcome.
+  CHECK(transactions[0] == std::vector<std::string>{"count_call run-a", "count_call run-b",
+                                                    "reserve_intents start replica", "record_outcome 9"});
 
   // Alone, an admission still is one transaction.
   AdmitRequest alone{reserve_request("fp-2", "k-2", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
