@@ -165,6 +165,7 @@ class AdmitJob final : public Ledger::Job {
   ReserveRequest* reservation() noexcept override { return &request_.reserve; }
   void keep(Result<Reservation> result) override {
     reservation_.emplace(std::move(result));
+    start_.reset();  // a batch run again (deadlock) keeps only its last results
     // Stored with its first attempt begun (the charge counted, see below).
     if (*reservation_ && (*reservation_)->started)
       start_.emplace(AttemptStart{AttemptOutcome::started, 1, (*reservation_)->intent});
@@ -172,6 +173,7 @@ class AdmitJob final : public Ledger::Job {
   ChargeRequest* charge() noexcept override { return &charge_; }
   void keep_charge(Result<RunCharge> result) override {
     charge_result_.emplace(std::move(result));
+    request_.reserve.start.reset();
     // Charges run before reservations: a counted one lets a fresh
     // reservation be stored with its first attempt begun, in one statement.
     if (*charge_result_ && (*charge_result_)->outcome == ChargeOutcome::counted && request_.first_attempt &&
@@ -237,7 +239,8 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
 
 Ledger::Ledger(std::vector<std::unique_ptr<Store>> stores, LedgerOptions options)
     : options_(std::move(options)), stores_(std::move(stores)) {
-  lanes_ = stores_.size() > 1 && stores_.front()->concurrent_writers();
+  // Two writers at once and still a worker for the calls that lock nothing.
+  lanes_ = stores_.size() >= 3 && stores_.front()->concurrent_writers();
   for (auto& store : stores_) workers_.emplace_back([this, s = store.get()] { work(*s); });
 }
 
@@ -350,17 +353,25 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
       requests.reserve(reservers.size());
       for (auto* r : reservers) requests.push_back(std::move(*r->reservation()));
       auto results = store.reserve_intents(requests);
-      for (std::size_t i = 0; i < reservers.size(); ++i) reservers[i]->keep(std::move(results[i]));
+      for (std::size_t i = 0; i < reservers.size(); ++i) {
+        *reservers[i]->reservation() = std::move(requests[i]);  // back: the batch may run again
+        reservers[i]->keep(std::move(results[i]));
+      }
     }
     if (!recorders.empty()) {
       // The batch's outcomes, in queue order per intent (the sort was
-      // stable): before the other calls on intents, which may have been
-      // decided from an outcome not durable yet (the pending table).
+      // stable). With one lane they go before the other calls on intents,
+      // which may have been decided from an outcome not durable yet; with
+      // two they never share a batch, and a retry decided from a pending
+      // retryable outcome waits until it is durable (outcome_recorder).
       std::vector<Outcome> outcomes;
       outcomes.reserve(recorders.size());
       for (auto* r : recorders) outcomes.push_back(std::move(*r->outcome()));
       auto results = store.record_outcomes(outcomes);
-      for (std::size_t i = 0; i < recorders.size(); ++i) recorders[i]->keep_outcome(std::move(results[i]));
+      for (std::size_t i = 0; i < recorders.size(); ++i) {
+        *recorders[i]->outcome() = std::move(outcomes[i]);
+        recorders[i]->keep_outcome(std::move(results[i]));
+      }
     }
     for (auto& job : batch)
       if (!job->reservation() && !job->charge() && !job->outcome()) job->run(store);
@@ -378,11 +389,19 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
     }
   };
   error_code failed;
-  if (batch.size() == 1 && !batch.front()->multi_step())
+  if (batch.size() == 1 && !batch.front()->multi_step()) {
     body();  // its own transaction: no savepoint needed
-  else
+  } else if (batch.size() == 1) {
     // One caller's steps (an admission alone) share its fate: no savepoints.
-    failed = store.batch(body, batch.size() == 1 ? Store::Calls::together : Store::Calls::isolated);
+    // A deadlock or serialisation failure rolled all of it back: run it
+    // again, as a savepoint would have, a bounded number of times.
+    for (int tries = 0; tries < 3; ++tries) {
+      failed = store.batch(body, Store::Calls::together);
+      if (failed != errc::conflict) break;
+    }
+  } else {
+    failed = store.batch(body);
+  }
   if (failed) {
     for (auto& job : batch) job->fail(failed);
     return;

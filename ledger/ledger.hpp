@@ -210,7 +210,7 @@ class Ledger {
   // Per writer lane (0: admissions, run charges, attempts; 1: outcomes): a
   // worker runs a batch holding that lane's locking calls.
   bool writing_[2] = {false, false};
-  bool lanes_ = false;  // the store has concurrent writers: outcomes get lane 1
+  bool lanes_ = false;  // concurrent writers and 3+ workers: outcomes get lane 1
   std::vector<std::thread> workers_;
   std::string fingerprint_key_;
 };

@@ -687,6 +687,9 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         values += (values.empty() ? "" : ",") + outcome_row(w, outcomes[i]);
         ids += (ids.empty() ? "" : ",") + std::to_string(outcomes[i].intent_id);
       }
+      // The rows locked in id order first: an UPDATE ... FROM locks them in
+      // whatever order its plan visits them.
+      w.exec("SELECT id FROM intents WHERE id IN (" + ids + ") ORDER BY id FOR UPDATE");
       std::map<std::int64_t, Intent> settled;
       for (const auto& row : w.exec(
                "WITH v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, o_receipt, o_has_response, "

@@ -22,6 +22,8 @@ const auto deadline = 20s;
 // Holds every call until released, so the test decides when the worker moves.
 class GatedStore final : public Store {
  public:
+  explicit GatedStore(bool concurrent_writers = false) : concurrent_writers_(concurrent_writers) {}
+  bool concurrent_writers() const noexcept override { return concurrent_writers_; }
   void release() {
     std::lock_guard lock(mutex_);
     open_ = true;
@@ -124,6 +126,7 @@ class GatedStore final : public Store {
   Result<int> recover_expired() override { return none(); }
 
  private:
+  const bool concurrent_writers_;
   static boost::system::error_code none() { return errc::not_found; }
   void enter(std::string call) {
     std::unique_lock lock(mutex_);
@@ -400,4 +403,73 @@ TEST_CASE("unit: an admission runs its charge first, then its reservation, which
   auto single = loop.spawn(ledger->admit(alone, {}));
   REQUIRE(single.get().has_value());
   CHECK(gate.transactions().size() == 2);
+}
+
+TEST_CASE("unit: with concurrent writers an outcome is written while an admission holds the admission writer") {
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<GatedStore*> gates;
+  for (int i = 0; i < 3; ++i) {
+    auto store = std::make_unique<GatedStore>(true);
+    gates.push_back(store.get());
+    stores.push_back(std::move(store));
+  }
+  auto ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
+  auto entered = [&] { return gates[0]->entered() + gates[1]->entered() + gates[2]->entered(); };
+  {
+    Loop loop;
+    auto admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+    REQUIRE(wait_until([&] { return entered() == 1; }));
+    GatedStore* admission = nullptr;
+    for (auto* g : gates)
+      if (g->entered()) admission = g;
+    for (auto* g : gates)
+      if (g != admission) g->release();
+    // The admission's writer is held in its store; an outcome and a second
+    // admission arrive.
+    Outcome settle;
+    settle.intent_id = 9;
+    settle.attempt = 1;
+    auto outcome = loop.spawn(ledger->record_outcome(settle));
+    auto second = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-2", "k-2"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+    // The outcome is written by another worker at once; the second admission
+    // waits for the first one's commit.
+    REQUIRE(outcome.wait_for(deadline) == std::future_status::ready);
+    CHECK(outcome.get().has_value());
+    REQUIRE(wait_until([&] { return ledger->queued() == 1; }));
+    CHECK(second.wait_for(0s) == std::future_status::timeout);
+    admission->release();
+    REQUIRE(admitted.get().has_value());
+    REQUIRE(second.get().has_value());
+  }
+}
+
+TEST_CASE("unit: without concurrent writers an outcome waits for the one writer") {
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<GatedStore*> gates;
+  for (int i = 0; i < 3; ++i) {
+    auto store = std::make_unique<GatedStore>(false);
+    gates.push_back(store.get());
+    stores.push_back(std::move(store));
+  }
+  auto ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
+  auto entered = [&] { return gates[0]->entered() + gates[1]->entered() + gates[2]->entered(); };
+  {
+    Loop loop;
+    auto admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+    REQUIRE(wait_until([&] { return entered() == 1; }));
+    GatedStore* admission = nullptr;
+    for (auto* g : gates)
+      if (g->entered()) admission = g;
+    for (auto* g : gates)
+      if (g != admission) g->release();
+    Outcome settle;
+    settle.intent_id = 9;
+    settle.attempt = 1;
+    auto outcome = loop.spawn(ledger->record_outcome(settle));
+    REQUIRE(wait_until([&] { return ledger->queued() == 1; }));
+    CHECK(outcome.wait_for(50ms) == std::future_status::timeout);
+    admission->release();
+    REQUIRE(admitted.get().has_value());
+    CHECK(outcome.get().has_value());
+  }
 }
