@@ -405,71 +405,62 @@ TEST_CASE("unit: an admission runs its charge first, then its reservation, which
   CHECK(gate.transactions().size() == 2);
 }
 
-TEST_CASE("unit: with concurrent writers an outcome is written while an admission holds the admission writer") {
-  std::vector<std::unique_ptr<Store>> stores;
-  std::vector<GatedStore*> gates;
-  for (int i = 0; i < 3; ++i) {
-    auto store = std::make_unique<GatedStore>(true);
-    gates.push_back(store.get());
-    stores.push_back(std::move(store));
+namespace {
+
+// Three workers on gated stores; the first admission is held in its store
+// (its writer busy), every other store open.
+struct HeldAdmission {
+  explicit HeldAdmission(bool concurrent_writers) {
+    std::vector<std::unique_ptr<Store>> stores;
+    for (int i = 0; i < 3; ++i) {
+      auto store = std::make_unique<GatedStore>(concurrent_writers);
+      gates.push_back(store.get());
+      stores.push_back(std::move(store));
+    }
+    ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
+    admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+    REQUIRE(wait_until([&] { return gates[0]->entered() + gates[1]->entered() + gates[2]->entered() == 1; }));
+    for (auto* g : gates)
+      if (g->entered()) held = g;
+    for (auto* g : gates)
+      if (g != held) g->release();
   }
-  auto ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
-  auto entered = [&] { return gates[0]->entered() + gates[1]->entered() + gates[2]->entered(); };
-  {
-    Loop loop;
-    auto admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
-    REQUIRE(wait_until([&] { return entered() == 1; }));
-    GatedStore* admission = nullptr;
-    for (auto* g : gates)
-      if (g->entered()) admission = g;
-    for (auto* g : gates)
-      if (g != admission) g->release();
-    // The admission's writer is held in its store; an outcome and a second
-    // admission arrive.
+  std::future<Result<Intent>> outcome() {
     Outcome settle;
     settle.intent_id = 9;
     settle.attempt = 1;
-    auto outcome = loop.spawn(ledger->record_outcome(settle));
-    auto second = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-2", "k-2"), 10, FirstAttempt{3, Millis(1000)}}, {}));
-    // The outcome is written by another worker at once; the second admission
-    // waits for the first one's commit.
-    REQUIRE(outcome.wait_for(deadline) == std::future_status::ready);
-    CHECK(outcome.get().has_value());
-    REQUIRE(wait_until([&] { return ledger->queued() == 1; }));
-    CHECK(second.wait_for(0s) == std::future_status::timeout);
-    admission->release();
-    REQUIRE(admitted.get().has_value());
-    REQUIRE(second.get().has_value());
+    return loop.spawn(ledger->record_outcome(settle));
   }
+  std::vector<GatedStore*> gates;
+  GatedStore* held = nullptr;
+  std::unique_ptr<Ledger> ledger;
+  Loop loop;  // stopped before the ledger goes
+  std::future<Result<Admission>> admitted;
+};
+
+}  // namespace
+
+TEST_CASE("unit: with concurrent writers an outcome is written while an admission holds the admission writer") {
+  HeldAdmission h(true);
+  auto outcome = h.outcome();
+  auto second = h.loop.spawn(h.ledger->admit(AdmitRequest{reserve_request("fp-2", "k-2"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+  // The outcome is written by another worker at once; the second admission
+  // waits for the first one's commit.
+  REQUIRE(outcome.wait_for(deadline) == std::future_status::ready);
+  CHECK(outcome.get().has_value());
+  REQUIRE(wait_until([&] { return h.ledger->queued() == 1; }));
+  CHECK(second.wait_for(0s) == std::future_status::timeout);
+  h.held->release();
+  REQUIRE(h.admitted.get().has_value());
+  REQUIRE(second.get().has_value());
 }
 
 TEST_CASE("unit: without concurrent writers an outcome waits for the one writer") {
-  std::vector<std::unique_ptr<Store>> stores;
-  std::vector<GatedStore*> gates;
-  for (int i = 0; i < 3; ++i) {
-    auto store = std::make_unique<GatedStore>(false);
-    gates.push_back(store.get());
-    stores.push_back(std::move(store));
-  }
-  auto ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
-  auto entered = [&] { return gates[0]->entered() + gates[1]->entered() + gates[2]->entered(); };
-  {
-    Loop loop;
-    auto admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
-    REQUIRE(wait_until([&] { return entered() == 1; }));
-    GatedStore* admission = nullptr;
-    for (auto* g : gates)
-      if (g->entered()) admission = g;
-    for (auto* g : gates)
-      if (g != admission) g->release();
-    Outcome settle;
-    settle.intent_id = 9;
-    settle.attempt = 1;
-    auto outcome = loop.spawn(ledger->record_outcome(settle));
-    REQUIRE(wait_until([&] { return ledger->queued() == 1; }));
-    CHECK(outcome.wait_for(50ms) == std::future_status::timeout);
-    admission->release();
-    REQUIRE(admitted.get().has_value());
-    CHECK(outcome.get().has_value());
-  }
+  HeldAdmission h(false);
+  auto outcome = h.outcome();
+  REQUIRE(wait_until([&] { return h.ledger->queued() == 1; }));
+  CHECK(outcome.wait_for(50ms) == std::future_status::timeout);
+  h.held->release();
+  REQUIRE(h.admitted.get().has_value());
+  CHECK(outcome.get().has_value());
 }
