@@ -274,8 +274,10 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     }
   }
   if (!why) {
-    // Not every worker may take every call (one writer): wake them all.
-    ready_.notify_all();
+    // Idle workers are alike (any of them may take any call that can be
+    // taken now): one is enough. A call that must wait for its lane's writer
+    // is taken when that writer finishes (it wakes them all).
+    ready_.notify_one();
     return true;
   }
   if (why == errc::busy) stats_.busy_rejections.fetch_add(1, std::memory_order_relaxed);
