@@ -47,6 +47,10 @@ class Ledger::Job {
   // After the reservations and the charges: the attempt to begin, if any
   // (one Store::begin_attempts for the batch), its result to keep_start().
   virtual std::optional<AttemptRequest> first_attempt() { return std::nullopt; }
+  // Non-null for an admission: alone in its batch it may be done whole by
+  // Store::admit_alone, whose result comes back through keep_admission().
+  virtual const AdmitRequest* admission() const noexcept { return nullptr; }
+  virtual void keep_admission(Result<Admission>) {}
   virtual void keep_start(Result<AttemptStart>) {}
   // More than one Store call: needs a transaction even when alone.
   virtual bool multi_step() const noexcept { return false; }
@@ -191,7 +195,10 @@ class AdmitJob final : public Ledger::Job {
                           request_.first_attempt->lease};
   }
   void keep_start(Result<AttemptStart> result) override { start_.emplace(std::move(result)); }
+  const AdmitRequest* admission() const noexcept override { return &request_; }
+  void keep_admission(Result<Admission> result) override { whole_.emplace(std::move(result)); }
   void finish() override {
+    if (whole_) return complete_(std::move(*whole_));
     if (!reservation_ || !charge_result_) return complete_(Result<Admission>(error_code(errc::storage_failure)));
     if (!*reservation_) return complete_(Result<Admission>(reservation_->error()));
     if (!*charge_result_) return complete_(Result<Admission>(charge_result_->error()));
@@ -210,6 +217,7 @@ class AdmitJob final : public Ledger::Job {
   std::optional<Result<Reservation>> reservation_;
   std::optional<Result<RunCharge>> charge_result_;
   std::optional<Result<AttemptStart>> start_;
+  std::optional<Result<Admission>> whole_;  // done by Store::admit_alone
   Completion<Admission, Handler> complete_;
 };
 
@@ -330,6 +338,19 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
 }
 
 void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
+  if (batch.size() == 1 && batch.front()->admission()) {
+    if (auto whole = store.admit_alone(*batch.front()->admission())) {
+      if (*whole) {
+        stats_.batches.fetch_add(1, std::memory_order_relaxed);
+        stats_.batched_jobs.fetch_add(1, std::memory_order_relaxed);
+        stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
+        stats_.reservations.fetch_add(1, std::memory_order_relaxed);
+      }
+      batch.front()->keep_admission(std::move(*whole));
+      batch.front()->finish();
+      return;
+    }
+  }
   std::vector<Job*> reservers, chargers, recorders;
   for (auto& job : batch) {
     if (job->reservation()) reservers.push_back(job.get());

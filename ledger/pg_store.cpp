@@ -59,12 +59,12 @@ class PgRow final : public RowView {
   pqxx::row row_;
 };
 
-std::string q(pqxx::dbtransaction& w, std::string_view text) { return w.quote(std::string(text)); }
-std::string q(pqxx::dbtransaction&, std::int64_t value) { return std::to_string(value); }
-std::string q(pqxx::dbtransaction&, std::optional<std::int64_t> value) {
+std::string q(pqxx::transaction_base& w, std::string_view text) { return w.quote(std::string(text)); }
+std::string q(pqxx::transaction_base&, std::int64_t value) { return std::to_string(value); }
+std::string q(pqxx::transaction_base&, std::optional<std::int64_t> value) {
   return value ? std::to_string(*value) : "NULL";
 }
-std::string q_bytes(pqxx::dbtransaction& w, std::string_view bytes) {
+std::string q_bytes(pqxx::transaction_base& w, std::string_view bytes) {
   return w.quote_raw(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
@@ -77,13 +77,13 @@ std::string select_intents(std::string_view where) {
   return s;
 }
 
-Intent load_intent(pqxx::dbtransaction& w, std::int64_t id) {
+Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
   auto rows = w.exec(select_intents("id = " + std::to_string(id)));
   if (rows.empty()) throw Abort{errc::not_found};
   return read_intent(PgRow(rows[0]));
 }
 
-std::optional<Run> load_run(pqxx::dbtransaction& w, const std::string& run) {
+std::optional<Run> load_run(pqxx::transaction_base& w, const std::string& run) {
   auto rows = w.exec("SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = " +
                      q(w, run));
   if (rows.empty()) return std::nullopt;
@@ -92,7 +92,7 @@ std::optional<Run> load_run(pqxx::dbtransaction& w, const std::string& run) {
              r.int64(3), r.text(4)};
 }
 
-Escalation load_escalation(pqxx::dbtransaction& w, std::int64_t id) {
+Escalation load_escalation(pqxx::transaction_base& w, std::int64_t id) {
   auto rows = w.exec("SELECT " + std::string(escalation_columns) +
                      " FROM escalations WHERE id = " + std::to_string(id));
   if (rows.empty()) throw Abort{errc::not_found};
@@ -117,6 +117,27 @@ std::string with_bounds(std::string url) {
     url += option;
   }
   return url;
+}
+
+// Store::admit_alone as one statement: the run's charge, the reservation
+// and, when $7 and the charge counted, its first attempt. $1 run, $2 budget,
+// $3 tool, $4 scope, $5 fingerprint, $6 key, $7 begin the attempt, $8 lease
+// ms, $9 request snapshot, $10 window ms, $11 unknown ttl ms, $12 replica.
+std::string admit_alone_sql() {
+  return "WITH charge AS (INSERT INTO runs (run_id, budget, calls) VALUES ($1::text, $2::bigint, 1) "
+         "ON CONFLICT (run_id) DO UPDATE SET calls = runs.calls + 1, updated_at = now() "
+         "WHERE runs.calls < runs.budget AND runs.state = 'active' RETURNING calls, budget), "
+         "g AS (SELECT $7::boolean AND EXISTS (SELECT 1 FROM charge) AS go), "
+         "ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
+         "request_snapshot, window_ms, unknown_ttl_ms, window_until) SELECT $1::text, $3::text, $4::text, $5::text, "
+         "$6::text, CASE WHEN g.go THEN 'dispatched' ELSE 'reserved' END, CASE WHEN g.go THEN 1 ELSE 0 END, "
+         "CASE WHEN g.go THEN now() + $8::bigint * interval '1 millisecond' ELSE NULL END, $9::text, $10::bigint, "
+         "$11::bigint, now() + $10::bigint * interval '1 millisecond' FROM g "
+         "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
+         "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
+         "SELECT id, 1, $12::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
+         "SELECT " + std::string(intent_columns) + ", charge.calls AS charged_calls, charge.budget AS charged_budget "
+         "FROM (SELECT 1) AS one LEFT JOIN ins ON true LEFT JOIN charge ON true";
 }
 
 // An idle connection has nothing to read: if its socket is readable (or hung
@@ -158,6 +179,9 @@ error_code PgStore::connect() {
                "; SET idle_in_transaction_session_timeout = " + ms +
                "; SET synchronous_commit = on");
     setup.commit();
+    // admit_alone's statement, planned once per connection (its plan is
+    // most of its server time at one connection).
+    c->c.prepare("admit_alone", admit_alone_sql());
     connection_ = std::move(c);
     backoff_ = Millis(0);
     return {};
@@ -278,24 +302,27 @@ error_code PgStore::batch(const std::function<void()>& body, Calls calls) {
 }
 
 template <class F>
-auto PgStore::transact(F&& body) {
-  using T = std::invoke_result_t<F&, pqxx::dbtransaction&>;
+auto PgStore::transact(F&& body, Commit commit) {
+  using T = std::invoke_result_t<F&, pqxx::transaction_base&>;
   if (batch_) return in_savepoint<T>(body);
+  auto run = [&](auto&& w) -> Result<T> {
+    if constexpr (std::is_void_v<T>) {
+      body(w);
+      w.commit();
+      return Result<T>();
+    } else {
+      T value = body(w);
+      w.commit();
+      return Result<T>(std::move(value));
+    }
+  };
   // Deadlocks and serialisation failures roll back with nothing written:
   // the transaction is simply run again, a bounded number of times.
   for (int attempt = 0;; ++attempt) {
     if (auto ec = connect()) return Result<T>(ec);
     try {
-      pqxx::work w(connection_->c);
-      if constexpr (std::is_void_v<T>) {
-        body(w);
-        w.commit();
-        return Result<T>();
-      } else {
-        T value = body(w);
-        w.commit();
-        return Result<T>(std::move(value));
-      }
+      if (commit == Commit::one_statement) return run(pqxx::nontransaction(connection_->c));
+      return run(pqxx::work(connection_->c));
     } catch (const Abort& a) {
       return Result<T>(error_code(a.code));
     } catch (const pqxx::broken_connection&) {
@@ -325,7 +352,7 @@ auto PgStore::transact(F&& body) {
 }
 
 Result<int> PgStore::migrate() {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     // Replicas starting together migrate one at a time.
     w.exec("SELECT pg_advisory_xact_lock(7202415001)");
     w.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
@@ -346,7 +373,7 @@ Result<int> PgStore::migrate() {
 
 std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
   std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
-  auto batch = transact([&](pqxx::dbtransaction& w) {
+  auto batch = transact([&](pqxx::transaction_base& w) {
     std::vector<Result<Reservation>> done = results;
     // Valid requests in (scope, fingerprint) order: concurrent batches then
     // take the unique-index locks in the same order and cannot deadlock.
@@ -504,7 +531,7 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
 }
 
 Result<AttemptStart> PgStore::begin_attempt(const AttemptRequest& r, const std::string& replica) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto id = std::to_string(r.intent_id);
     auto lease = "now() + " + q_millis(r.lease);
     // Compare-and-set: concurrent callers (any replica) serialise on the row
@@ -534,7 +561,7 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
                                                           const std::string& replica) {
   if (requests.size() == 1) return {begin_attempt(requests.front(), replica)};
   std::vector<Result<AttemptStart>> results(requests.size(), error_code(errc::invalid_argument));
-  auto batch = transact([&](pqxx::dbtransaction& w) {
+  auto batch = transact([&](pqxx::transaction_base& w) {
     // begin_attempt's compare-and-set for many intents: one UPDATE, one
     // INSERT of the attempts, one read back, whatever the count.
     std::string values, ids;
@@ -593,7 +620,7 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
 }
 
 Result<Intent> PgStore::record_outcome(const Outcome& o) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     bool with_attempt = o.attempt > 0;
     auto state = q(w, to_string(o.state));
     std::optional<std::int64_t> status;
@@ -638,7 +665,7 @@ namespace {
 
 // One outcome as a row of record_outcomes' VALUES list, every value cast
 // (the first row types the list, and a NULL alone has no type).
-std::string outcome_row(pqxx::dbtransaction& w, const Outcome& o) {
+std::string outcome_row(pqxx::transaction_base& w, const Outcome& o) {
   auto state = to_string(o.state);
   auto attempt_state = to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered);
   std::string sources;
@@ -681,7 +708,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
     // CTEs, one snapshot), the intents as they are now read back from it.
     std::sort(round.begin(), round.end(),
               [&](auto a, auto b) { return outcomes[a].intent_id < outcomes[b].intent_id; });  // the lock order
-    auto applied = transact([&](pqxx::dbtransaction& w) {
+    auto applied = transact([&](pqxx::transaction_base& w) {
       std::string values, ids;
       for (auto i : round) {
         values += (values.empty() ? "" : ",") + outcome_row(w, outcomes[i]);
@@ -750,11 +777,11 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
 }
 
 Result<Intent> PgStore::find_intent(std::int64_t intent_id) {
-  return transact([&](pqxx::dbtransaction& w) { return load_intent(w, intent_id); });
+  return transact([&](pqxx::transaction_base& w) { return load_intent(w, intent_id); });
 }
 
 Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto k = q(w, key);
     auto rows = w.exec(select_intents("idem_key = " + k +
                                       " OR id IN (SELECT intent_id FROM agent_keys WHERE "
@@ -765,7 +792,7 @@ Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
 }
 
 Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run, int limit) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents("run_id = " + q(w, run) +
                                                  " ORDER BY id DESC LIMIT " +
@@ -778,7 +805,7 @@ Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run,
 Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::string& tool,
                                             const std::string& answer_class,
                                             std::int64_t except_intent) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     return w
         .exec("SELECT count(*) FROM intents WHERE run_id = " + q(w, run) + " AND tool = " +
               q(w, tool) + " AND answer_class = " + q(w, answer_class) +
@@ -788,7 +815,7 @@ Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::s
 }
 
 Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents(
              "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
@@ -799,7 +826,7 @@ Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
 }
 
 Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents(
              "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
@@ -813,7 +840,7 @@ Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
 
 Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> due, int limit) {
   if (due.empty()) return std::vector<Intent>{};
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     std::string which;
     for (auto const& d : due)
       which += (which.empty() ? "" : " OR ") + std::string("(tool = ") + q(w, d.tool) + " AND unknown_since + " +
@@ -831,7 +858,7 @@ Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> du
 }
 
 Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budget, CallKind kind) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto id = q(w, run);
     auto open = std::string("runs.calls < runs.budget AND (runs.state = 'active'") +
                 (kind == CallKind::read ? " OR runs.state = 'frozen')" : ")");
@@ -862,7 +889,7 @@ Result<RunCharge> PgStore::count_call(const std::string& run, std::int64_t budge
 std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeRequest> requests) {
   if (requests.size() == 1) return {count_call(requests.front().run, requests.front().budget, requests.front().kind)};
   std::vector<Result<RunCharge>> results(requests.size(), error_code(errc::invalid_argument));
-  auto batch = transact([&](pqxx::dbtransaction& w) {
+  auto batch = transact([&](pqxx::transaction_base& w) {
     // Every run of the batch locked once, in run id order, and counted in
     // one UPDATE: a run's row is taken once per batch, not once per call.
     std::map<std::string, std::int64_t> budgets;
@@ -908,8 +935,64 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
   return std::move(*batch);
 }
 
+std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
+  const auto& r = a.reserve;
+  // An agent's key is checked against its bindings before anything is
+  // written: the batch does that.
+  if (batch_ || !r.agent_key.empty() || !valid(r) || a.budget <= 0) return std::nullopt;
+  bool const wants = a.first_attempt && a.first_attempt->max_attempts > 0;
+  struct First {
+    std::optional<RunCharge> counted;
+    std::optional<Intent> inserted;
+  };
+  // The run's charge, the reservation and its first attempt in one
+  // statement (its own transaction: one round trip). The attempt begins only
+  // when the charge counted and the reservation is fresh, as in the batch.
+  auto first = transact(
+      [&](pqxx::transaction_base& w) {
+        auto rows = w.exec_prepared(
+            "admit_alone", r.run, a.budget, r.tool, r.scope, r.fingerprint, r.key, wants,
+            wants ? a.first_attempt->lease.count() : std::int64_t{0}, r.request_snapshot, r.window.count(),
+            r.unknown_ttl.count(), wants ? a.first_attempt->replica : std::string());
+        First out;
+        const auto& row = rows[0];
+        auto const n = static_cast<int>(row.size());
+        if (!row[n - 2].is_null())
+          out.counted = RunCharge{ChargeOutcome::counted, row[n - 2].as<long long>(), row[n - 1].as<long long>()};
+        if (!row[0].is_null()) out.inserted = read_intent(PgRow(row));
+        return out;
+      },
+      Commit::one_statement);
+  if (!first) return Result<Admission>(first.error());
+  Admission admission;
+  if (first->counted) {
+    admission.charge = *first->counted;
+  } else {
+    auto run = find_run(r.run);
+    if (!run) return Result<Admission>(run.error());
+    admission.charge = RunCharge{charge_refusal(*run, CallKind::write), run->calls, run->budget};
+  }
+  if (first->inserted) {
+    admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first->inserted), false};
+    admission.reservation.started = admission.reservation.intent.state == IntentState::dispatched;
+  } else {
+    // A live intent holds the fingerprint: the batch's reservation (read it
+    // back, or supersede it if its window has passed), without the charge,
+    // which counted already.
+    ReserveRequest again = r;
+    if (wants && first->counted)
+      again.start = ReserveRequest::Start{a.first_attempt->lease, a.first_attempt->replica};
+    auto reserved = std::move(reserve_intents({&again, 1}).front());
+    if (!reserved) return Result<Admission>(reserved.error());
+    admission.reservation = std::move(*reserved);
+  }
+  if (admission.reservation.started)
+    admission.start = AttemptStart{AttemptOutcome::started, 1, admission.reservation.intent};
+  return Result<Admission>(std::move(admission));
+}
+
 Result<Run> PgStore::find_run(const std::string& run) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto found = load_run(w, run);
     if (!found) throw Abort{errc::not_found};
     return *found;
@@ -918,7 +1001,7 @@ Result<Run> PgStore::find_run(const std::string& run) {
 
 Result<Run> PgStore::set_run_state(const std::string& run, RunState state,
                                    const std::string& reason) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto target = q(w, to_string(state));
     // The guard is the rule: a killed run never comes back.
     auto changed = w.exec("UPDATE runs SET state = " + target + ", reason = " + q(w, reason) +
@@ -934,7 +1017,7 @@ Result<Run> PgStore::set_run_state(const std::string& run, RunState state,
 }
 
 Result<std::int64_t> PgStore::persist_escalation(const EscalationRequest& r) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     return w
         .exec("INSERT INTO escalations (run_id, intent_id, reason_code, package) VALUES (" +
               q(w, r.run) + ", " + q(w, r.intent_id) + ", " + q(w, r.reason_code) + ", " +
@@ -946,12 +1029,12 @@ Result<std::int64_t> PgStore::persist_escalation(const EscalationRequest& r) {
 }
 
 Result<Escalation> PgStore::find_escalation(std::int64_t id) {
-  return transact([&](pqxx::dbtransaction& w) { return load_escalation(w, id); });
+  return transact([&](pqxx::transaction_base& w) { return load_escalation(w, id); });
 }
 
 Result<std::vector<Escalation>> PgStore::list_escalations(std::optional<EscalationState> state,
                                                           int limit) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     std::string where = state ? " WHERE state = " + q(w, to_string(*state)) : "";
     std::vector<Escalation> out;
     for (const auto& row : w.exec("SELECT " + std::string(escalation_columns) +
@@ -963,7 +1046,7 @@ Result<std::vector<Escalation>> PgStore::list_escalations(std::optional<Escalati
 }
 
 Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto target = r.resolution == Resolution::approve  ? EscalationState::approved
                   : r.resolution == Resolution::deny   ? EscalationState::denied
                                                        : EscalationState::completed;
@@ -991,7 +1074,7 @@ Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
 }
 
 Result<void> PgStore::record_refusal(std::int64_t intent_id, const std::string& reason_code) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto inserted = w.exec("INSERT INTO refusals (intent_id, run_id, tool, fingerprint, "
                            "reason_code) SELECT id, run_id, tool, fingerprint, " +
                            q(w, reason_code) + " FROM intents WHERE id = " +
@@ -1002,7 +1085,7 @@ Result<void> PgStore::record_refusal(std::int64_t intent_id, const std::string& 
 }
 
 Result<Signals> PgStore::read_signals(TimePoint since) {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto const from = "to_timestamp(" + std::to_string(since.time_since_epoch().count()) + " / 1000.0)";
     auto const hour = std::string("to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')");
     Signals out;
@@ -1027,7 +1110,7 @@ Result<Signals> PgStore::read_signals(TimePoint since) {
 }
 
 Result<int> PgStore::recover_expired() {
-  return transact([&](pqxx::dbtransaction& w) {
+  return transact([&](pqxx::transaction_base& w) {
     auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
                           "unknown_since = coalesce(unknown_since, now()), updated_at = now(), "
                           "lease_until = NULL WHERE state = 'dispatched' AND lease_until < now()")

@@ -29,6 +29,7 @@ class PgStore final : public Store {
                                                    const std::string& replica) override;
   std::vector<Result<RunCharge>> count_calls(std::span<const ChargeRequest> requests) override;
   bool concurrent_writers() const noexcept override { return true; }
+  std::optional<Result<Admission>> admit_alone(const AdmitRequest&) override;
   Result<Intent> record_outcome(const Outcome&) override;
   std::vector<Result<Intent>> record_outcomes(std::span<const Outcome>) override;
   Result<Intent> find_intent(std::int64_t intent_id) override;
@@ -53,10 +54,13 @@ class PgStore final : public Store {
   Result<int> recover_expired() override;
 
  private:
-  // Runs body(pqxx::dbtransaction&) in one transaction, or in a savepoint of the open
+  // Runs body(pqxx::transaction_base&) in one transaction, or in a savepoint of the open
   // batch(); returns its Result.
+  // one_statement: body sends one statement, its own transaction (no BEGIN
+  // and COMMIT round trips); never inside batch().
+  enum class Commit { transaction, one_statement };
   template <class F>
-  auto transact(F&& body);
+  auto transact(F&& body, Commit commit = Commit::transaction);
   template <class T, class F>
   Result<T> in_savepoint(F& body);
   // Connects when there is no connection and the backoff has passed.

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ class Store {
   // True when two connections can write at once without one waiting for
   // the other's commit (PostgreSQL row locks; not SQLite's database lock).
   virtual bool concurrent_writers() const noexcept { return false; }
+
+  // A lone admission (Ledger::admit with nothing else queued) as the store
+  // does it fastest: the run charge, the reservation and, when the charge
+  // counted and request.first_attempt is set, the first attempt begun with
+  // the reservation (Reservation::started), with the same results the batch
+  // (count_calls, reserve_intents with a start) gives. nullopt: not done,
+  // nothing written; the Ledger then runs the batch.
+  virtual std::optional<Result<Admission>> admit_alone(const AdmitRequest&) { return std::nullopt; }
 
   // Reserves each request, all in one transaction (group commit). For each
   // scope+fingerprint exactly one caller across all processes gets

@@ -172,6 +172,33 @@ asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t 
   co_return true;
 }
 
+namespace {
+
+bool run_outcome_pending(const ledger::Ledger& ledger, const std::string& run, const std::string& tool,
+                         const std::string& answer_class) {
+  auto& t = pending_table();
+  std::lock_guard lock(t.mutex);
+  for (const auto& [key, intent] : t.intents)
+    if (key.first == &ledger && intent.run == run && intent.tool == tool && intent.answer_class == answer_class)
+      return true;
+  return false;
+}
+
+}  // namespace
+
+asio::awaitable<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
+                                          const std::string& tool, const std::string& answer_class,
+                                          std::chrono::milliseconds within) {
+  auto const end = std::chrono::steady_clock::now() + within;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (auto step = 1ms; run_outcome_pending(ledger, run, tool, answer_class); step = std::min(step * 2, 50ms)) {
+    if (std::chrono::steady_clock::now() >= end) co_return false;
+    timer.expires_after(step);
+    co_await timer.async_wait(use_tuple);
+  }
+  co_return true;
+}
+
 asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
                                                               ledger::TimePoint keep_trying_until) {
   for (int tries = 0; tries < 3; ++tries) {

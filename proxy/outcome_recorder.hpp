@@ -53,6 +53,15 @@ void show_pending_outcome(const ledger::Ledger& ledger, ledger::Intent& intent);
 boost::asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
                                             std::chrono::milliseconds within);
 
+// Waits (at most `within`) until no outcome of `run` and `tool` with answer
+// class `answer_class` is pending: counts of such outcomes read from the
+// ledger then include them (each lane commits on its own, so an outcome
+// recorded after its answer may land after a later request's admission).
+// false: some were still pending at the end.
+boost::asio::awaitable<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
+                                                 const std::string& tool, const std::string& answer_class,
+                                                 std::chrono::milliseconds within);
+
 void persist_escalation_later(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
                               ledger::EscalationRequest request);
 

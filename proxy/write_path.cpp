@@ -249,7 +249,9 @@ class WritePath {
     if (c_.intent && c_.intent->state == ledger::IntentState::reserved &&
         c_.worker.reads().validation_seen(c_.run, c_.tool.name)) {
       // Validation is retried once with a corrected payload, never twice.
+      // The count includes validation answers given but not durable yet.
       std::string run = c_.run, tool = c_.tool.name, cls = "validation";
+      co_await run_outcomes_landed(c_.ledger, run, tool, cls, c_.cfg.ledger.statement_timeout);
       auto n = co_await c_.ledger.count_intents(std::move(run), std::move(tool), std::move(cls), c_.intent->id);
       if (!n) co_return std::nullopt;
       in_.validation_failures = static_cast<int>(*n);

@@ -266,3 +266,43 @@ LEDGER_CONFORMANCE(admit_refused_charge_begins_nothing,
   CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " +
                       std::to_string(second.admission->reservation.intent.id)) == "0\n");
 }
+
+LEDGER_CONFORMANCE(admit_alone_existing_and_superseded,
+                   "admit alone: a live fingerprint is existing (charge counted, nothing begun); one whose window passed is superseded and begun") {
+  auto ledger = open_ledger(backend);
+  auto first = run(admit_and_settle(*ledger, admit_request("x-1", "k-1")));
+  REQUIRE(first.admission.has_value());
+  REQUIRE(first.admission->start.has_value());
+  auto id = first.admission->reservation.intent.id;
+
+  auto again = run(admit_and_settle(*ledger, admit_request("x-1", "k-2")));
+  REQUIRE_MESSAGE(again.admission.has_value(), again.admission.error().message());
+  CHECK(again.admission->charge.outcome == ChargeOutcome::counted);
+  CHECK(again.admission->charge.calls == 2);
+  CHECK(again.admission->reservation.outcome == ReserveOutcome::existing);
+  CHECK(again.admission->reservation.intent.id == id);
+  CHECK(again.admission->reservation.intent.state == IntentState::completed);
+  CHECK(!again.admission->reservation.started);
+  CHECK(!again.admission->start.has_value());
+
+  // A window of 0: the completed intent gives its fingerprint up at once.
+  auto zero = [](const std::string& key) {
+    auto r = admit_request("x-2", key);
+    r.reserve.window = Millis(0);
+    return r;
+  };
+  auto old = run(admit_and_settle(*ledger, zero("k-3")));
+  REQUIRE(old.admission.has_value());
+  REQUIRE(old.outcome.has_value());
+  REQUIRE(old.outcome->has_value());
+  auto fresh = run(admit_and_settle(*ledger, zero("k-4")));
+  REQUIRE_MESSAGE(fresh.admission.has_value(), fresh.admission.error().message());
+  CHECK(fresh.admission->reservation.outcome == ReserveOutcome::reserved);
+  CHECK(fresh.admission->reservation.intent.key == "k-4");
+  CHECK(fresh.admission->reservation.intent.id != old.admission->reservation.intent.id);
+  REQUIRE(fresh.admission->start.has_value());
+  CHECK(fresh.admission->start->attempt == 1);
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " +
+                      std::to_string(fresh.admission->reservation.intent.id)) == "1\n");
+  CHECK(run(ledger->find_run("run-1"))->calls == 4);
+}
