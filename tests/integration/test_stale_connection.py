@@ -68,10 +68,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if owner.announce:
             self.send_header("Keep-Alive", owner.announce)
+        # The idle timer starts before the answer leaves: however late this
+        # thread runs after the write, the agent's next write (GAP after it
+        # got the answer) finds the connection idle for at least GAP.
+        self.answered_at = time.monotonic()
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
-        self.answered_at = time.monotonic()
 
 
 class ClosingUpstream(ServerThread):
