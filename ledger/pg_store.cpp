@@ -619,47 +619,9 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
   return std::move(*batch);
 }
 
-Result<Intent> PgStore::record_outcome(const Outcome& o) {
-  return transact([&](pqxx::transaction_base& w) {
-    bool with_attempt = o.attempt > 0;
-    auto state = q(w, to_string(o.state));
-    std::optional<std::int64_t> status;
-    if (o.status) status = *o.status;
-    std::string text = "UPDATE intents SET state = " + state +
-                       ", answer_class = " + q(w, o.answer_class) + ", status = " + q(w, status) +
-                       ", updated_at = now(), unknown_since = CASE WHEN " + state +
-                       " = 'unknown' THEN coalesce(unknown_since, now()) ELSE NULL END, retry_not_before = " +
-                       (o.retry_after ? "now() + " + q_millis(*o.retry_after) : "NULL") +
-                       ", lease_until = NULL, waived = waived + " + (o.waive ? "1" : "0");
-    if (!o.receipt.empty()) text += ", receipt = " + q(w, o.receipt);
-    if (o.response)
-      text += ", response_status = " + std::to_string(o.response->status) +
-              ", response_headers = " + q(w, encode_headers(o.response->headers)) +
-              ", response_body = " + q_bytes(w, o.response->body) +
-              ", response_truncated = " + (o.response->truncated ? "true" : "false");
-    text += " WHERE id = " + std::to_string(o.intent_id) + " AND " +
-            sql_state_guard(settle_sources(o.state, with_attempt));
-    if (with_attempt) text += " AND attempts = " + std::to_string(o.attempt);
-    if (w.exec(text).affected_rows() == 0) {
-      load_intent(w, o.intent_id);  // not_found when there is no such intent
-      throw Abort{errc::illegal_transition};
-    }
-    if (with_attempt)
-      w.exec("UPDATE attempts SET state = " +
-             q(w, to_string(o.state == IntentState::unknown ? AttemptState::unknown
-                                                            : AttemptState::answered)) +
-             ", answer_class = " + q(w, o.answer_class) + ", status = " + q(w, status) +
-             ", receipt = " + q(w, o.receipt) + ", finished_at = now() WHERE intent_id = " +
-             std::to_string(o.intent_id) + " AND number = " + std::to_string(o.attempt) +
-             " AND state IN ('dispatched', 'unknown')");
-    if (o.state != IntentState::unknown)
-      w.exec("UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = " + q(w, o.receipt) +
-             ", note = " + q(w, "settled by reconciliation: " + o.answer_class) +
-             ", resolved_at = now() WHERE intent_id = " + std::to_string(o.intent_id) +
-             " AND state = 'open' AND reason_code IN ('money_unknown', 'tool_outcome_unknown')");
-    return load_intent(w, o.intent_id);
-  });
-}
+// One outcome is a round of one: the same statement, so that the one-by-one
+// and the batched forms cannot drift apart.
+Result<Intent> PgStore::record_outcome(const Outcome& o) { return std::move(record_outcomes({&o, 1}).front()); }
 
 namespace {
 
@@ -699,10 +661,6 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
     rounds[k].push_back(i);
   }
   for (auto& round : rounds) {
-    if (round.size() == 1) {
-      results[round.front()] = record_outcome(outcomes[round.front()]);
-      continue;
-    }
     // record_outcome for the whole round in one statement: the intents'
     // compare-and-set, their attempts and their escalations (data-modifying
     // CTEs, one snapshot), the intents as they are now read back from it.
@@ -716,7 +674,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       }
       // The rows locked in id order first: an UPDATE ... FROM locks them in
       // whatever order its plan visits them.
-      w.exec("SELECT id FROM intents WHERE id IN (" + ids + ") ORDER BY id FOR UPDATE");
+      if (round.size() > 1) w.exec("SELECT id FROM intents WHERE id IN (" + ids + ") ORDER BY id FOR UPDATE");
       std::map<std::int64_t, Intent> settled;
       for (const auto& row : w.exec(
                "WITH v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, o_receipt, o_has_response, "
@@ -755,17 +713,21 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       std::vector<Result<Intent>> done;
       for (auto i : round) {
         auto found = settled.find(outcomes[i].intent_id);
-        if (found != settled.end())
+        if (found != settled.end()) {
           done.emplace_back(std::move(found->second));
-        else
-          done.emplace_back(error_code(exists.count(outcomes[i].intent_id) ? errc::illegal_transition
-                                                                            : errc::not_found));
+          continue;
+        }
+        auto const why = exists.count(outcomes[i].intent_id) ? errc::illegal_transition : errc::not_found;
+        // Alone, a refusal is the call's failure (a batch of one caller's
+        // calls fails with it), as record_outcome's always was.
+        if (round.size() == 1) throw Abort{why};
+        done.emplace_back(error_code(why));
       }
       return done;
     });
     if (applied) {
       for (std::size_t k = 0; k < round.size(); ++k) results[round[k]] = std::move((*applied)[k]);
-    } else if ((!batch_ || !batch_->error) && applied.error() == errc::storage_failure) {
+    } else if (round.size() > 1 && (!batch_ || !batch_->error) && applied.error() == errc::storage_failure) {
       // One bad row (a value the server refused) fails the statement: the
       // round's outcomes one by one, so only that one fails.
       for (auto i : round) results[i] = record_outcome(outcomes[i]);

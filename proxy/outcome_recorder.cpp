@@ -158,18 +158,30 @@ void show_pending_outcome(const ledger::Ledger& ledger, ledger::Intent& intent) 
   if (auto pending = pending_outcome(ledger, intent.id, intent.attempts)) intent = std::move(*pending);
 }
 
-asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
-                                     std::chrono::milliseconds within) {
-  // Polled: the record lands within one group commit, and a waiter here is
-  // a retry racing its own answer, rare enough not to need a notification.
+namespace {
+
+// Polls `pending` (1 ms, doubling to 50 ms) until it is false: true, or
+// `within` passed: false. Polled: a record lands within one group commit, and
+// a waiter here is a request racing an answer just given, rare enough not to
+// need a notification.
+template <class Pending>
+asio::awaitable<bool> wait_while(Pending pending, std::chrono::milliseconds within) {
   auto const end = std::chrono::steady_clock::now() + within;
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  for (auto step = 1ms; pending_outcome(ledger, intent_id, attempt); step = std::min(step * 2, 50ms)) {
+  for (auto step = 1ms; pending(); step = std::min(step * 2, 50ms)) {
     if (std::chrono::steady_clock::now() >= end) co_return false;
     timer.expires_after(step);
     co_await timer.async_wait(use_tuple);
   }
   co_return true;
+}
+
+}  // namespace
+
+asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
+                                     std::chrono::milliseconds within) {
+  return wait_while([&ledger, intent_id, attempt] { return pending_outcome(ledger, intent_id, attempt).has_value(); },
+                    within);
 }
 
 namespace {
@@ -189,14 +201,8 @@ bool run_outcome_pending(const ledger::Ledger& ledger, const std::string& run, c
 asio::awaitable<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
                                           const std::string& tool, const std::string& answer_class,
                                           std::chrono::milliseconds within) {
-  auto const end = std::chrono::steady_clock::now() + within;
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  for (auto step = 1ms; run_outcome_pending(ledger, run, tool, answer_class); step = std::min(step * 2, 50ms)) {
-    if (std::chrono::steady_clock::now() >= end) co_return false;
-    timer.expires_after(step);
-    co_await timer.async_wait(use_tuple);
-  }
-  co_return true;
+  return wait_while([&ledger, run, tool, answer_class] { return run_outcome_pending(ledger, run, tool, answer_class); },
+                    within);
 }
 
 asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
