@@ -222,7 +222,15 @@ class WritePath {
   asio::awaitable<bool> see_pending_outcome() {
     if (!c_.intent || c_.intent->state != ledger::IntentState::dispatched) co_return true;
     auto pending = pending_outcome(c_.ledger, c_.intent->id, c_.intent->attempts);
-    if (!pending) co_return true;
+    if (!pending) {
+      // In flight, or its outcome landed (and left the table) after the
+      // ledger was read: outcomes have a writer of their own, so that read
+      // may predate it. Read again; what landed is there now.
+      auto now = co_await c_.ledger.find_intent(c_.intent->id);
+      if (!now) co_return false;
+      c_.intent = *now;
+      co_return true;
+    }
     if (pending->state != ledger::IntentState::retryable) {
       c_.intent = *pending;
       co_return true;
