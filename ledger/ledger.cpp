@@ -411,19 +411,27 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
       for (std::size_t i = 0; i < starters.size(); ++i) starters[i]->keep_start(std::move(results[i]));
     }
   };
+  // Outcomes of answers the agents have already, and nothing else: a lost
+  // one is recovered by its attempt's lease, so the commit need not wait
+  // for the disk (and the next admission's flush does not queue behind it).
+  bool const deferred = std::all_of(batch.begin(), batch.end(), [](const auto& job) {
+    const auto* o = job->outcome();
+    return o && o->after_answer;
+  });
+  auto const durability = deferred ? Store::Durability::deferred : Store::Durability::flushed;
   error_code failed;
-  if (batch.size() == 1 && !batch.front()->multi_step()) {
+  if (batch.size() == 1 && !batch.front()->multi_step() && !deferred) {
     body();  // its own transaction: no savepoint needed
   } else if (batch.size() == 1) {
     // One caller's steps (an admission alone) share its fate: no savepoints.
     // A deadlock or serialisation failure rolled all of it back: run it
     // again, as a savepoint would have, a bounded number of times.
     for (int tries = 0; tries < 3; ++tries) {
-      failed = store.batch(body, Store::Calls::together);
+      failed = store.batch(body, Store::Calls::together, durability);
       if (failed != errc::conflict) break;
     }
   } else {
-    failed = store.batch(body);
+    failed = store.batch(body, Store::Calls::isolated, durability);
   }
   if (failed) {
     for (auto& job : batch) job->fail(failed);

@@ -21,8 +21,8 @@ class PgStore final : public Store {
   ~PgStore() override;
 
   Result<int> migrate() override;
-  boost::system::error_code batch(const std::function<void()>& body,
-                                  Calls calls = Calls::isolated) override;
+  boost::system::error_code batch(const std::function<void()>& body, Calls calls = Calls::isolated,
+                                  Durability durability = Durability::flushed) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
   Result<AttemptStart> begin_attempt(const AttemptRequest& request, const std::string& replica) override;
   std::vector<Result<AttemptStart>> begin_attempts(std::span<const AttemptRequest> requests,

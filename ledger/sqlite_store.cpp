@@ -115,11 +115,24 @@ auto SqliteStore::in_savepoint(F& body) -> Result<std::invoke_result_t<F&>> {
   return error;
 }
 
-boost::system::error_code SqliteStore::batch(const std::function<void()>& body, Calls calls) {
+boost::system::error_code SqliteStore::batch(const std::function<void()>& body, Calls calls, Durability durability) {
   if (in_batch_) return errc::invalid_argument;
   // Savepoints cost nothing here (no round trip): Calls::together keeps them
   // and only makes the first failure the batch's.
   together_ = calls == Calls::together;
+  // In WAL mode, NORMAL commits without syncing the WAL: a crash of this
+  // process loses nothing, a power cut may lose the last such commits (the
+  // next FULL commit syncs them with its own).
+  struct Synchronous {
+    sqlite3* db;
+    bool deferred;
+    Synchronous(sqlite3* d, bool lazy) : db(d), deferred(lazy) {
+      if (deferred) sqlite3_exec(db, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
+    }
+    ~Synchronous() {
+      if (deferred) sqlite3_exec(db, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr);
+    }
+  } synchronous(db_, durability == Durability::deferred);
   try {
     sqlite::exec(db_, "BEGIN IMMEDIATE");
   } catch (const sqlite::SqliteError& e) {

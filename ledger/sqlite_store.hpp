@@ -20,8 +20,8 @@ class SqliteStore final : public Store {
 
   Result<int> migrate() override;
   // BEGIN IMMEDIATE ... SAVEPOINT/RELEASE (ROLLBACK TO) per method ... COMMIT.
-  boost::system::error_code batch(const std::function<void()>& body,
-                                  Calls calls = Calls::isolated) override;
+  boost::system::error_code batch(const std::function<void()>& body, Calls calls = Calls::isolated,
+                                  Durability durability = Durability::flushed) override;
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest>) override;
   Result<AttemptStart> begin_attempt(const AttemptRequest& request, const std::string& replica) override;
   Result<Intent> record_outcome(const Outcome&) override;

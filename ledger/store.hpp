@@ -40,10 +40,19 @@ class Store {
   // With Calls::together (a batch of one caller's calls) there are no
   // savepoints: the first method that fails fails the batch, nothing body did
   // is written, and batch() returns that method's error.
+  //
+  // With Durability::deferred the commit returns before the write is on
+  // disk (a crash of the database, not of this process, may lose it): only
+  // for batches of records whose loss is recovered some other way
+  // (Outcome::after_answer). Nothing else is weakened: the commit is atomic
+  // and visible to every reader when batch() returns, and a later flushed
+  // commit makes it durable too (both databases write their log in order).
   enum class Calls { isolated, together };
-  virtual boost::system::error_code batch(const std::function<void()>& body,
-                                          Calls calls = Calls::isolated) {
+  enum class Durability { flushed, deferred };
+  virtual boost::system::error_code batch(const std::function<void()>& body, Calls calls = Calls::isolated,
+                                          Durability durability = Durability::flushed) {
     (void)calls;
+    (void)durability;
     body();
     return {};
   }

@@ -169,6 +169,11 @@ struct Outcome {
   // The provider said "this key is in use" to a re-send while reconciling:
   // the attempt does not count against the bound.
   bool waive = false;
+  // The agent has the provider's answer already and the ledger holds the
+  // attempt under a lease: were this record lost, the lease turns the
+  // attempt unknown and it is reconciled before any re-send. Its commit may
+  // return before the disk has it (Store::Durability::deferred).
+  bool after_answer = false;
 };
 
 enum class CallKind { read, write };

@@ -138,6 +138,7 @@ asio::awaitable<void> keep_recording(ledger::Ledger& ledger, ledger::Outcome out
 
 ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome outcome,
                                    ledger::TimePoint keep_trying_until, const ledger::Intent& before) {
+  outcome.after_answer = true;
   auto settled = settled_view(before, outcome, ledger.options());
   PendingEntry entry(ledger, settled);
   spawn_bounded(std::move(executor), "record_outcome",

@@ -7,11 +7,14 @@
 // so a lost record costs a reconciliation, never a duplicate.
 //
 // After an answer the outcome is off the agent's path: record_after_answer
-// returns at once and the record joins the ledger's next group commit. Until
-// it is durable (or given up), pending_outcome() shows it to a retry reaching
-// this process, so the retry sees the answer instead of an attempt still in
-// flight. A crash meanwhile leaves the attempt to its lease, then unknown,
-// then reconciliation.
+// returns at once and the record joins the ledger's next group commit, one
+// that does not wait for the disk (Outcome::after_answer). Until it has
+// committed (or been given up), pending_outcome() shows it to a retry
+// reaching this process, so the retry sees the answer instead of an attempt
+// still in flight. A crash meanwhile (of this process, or of the database
+// before the record reached its disk) leaves the attempt to its lease, then
+// unknown, then reconciliation. A later durable commit that read the record
+// makes it durable too (the log is written in order).
 #pragma once
 
 #include "ledger/types.hpp"

@@ -123,6 +123,9 @@ LEDGER_CONFORMANCE(batch_isolates_failures,
   CHECK(store->count_intents("run-1", "other.tool", "ok", 0).value() == 0);
 }
 
+// In a batch whose commit does not wait for the disk (Durability::deferred,
+// as outcomes recorded after their answers are): what it commits is the
+// same, atomic and visible to a new connection at once.
 LEDGER_CONFORMANCE(record_outcomes_batched,
                    "record_outcomes settles many intents at once exactly as record_outcome does one by one") {
   REQUIRE(migrate(backend.config).has_value());
@@ -171,7 +174,8 @@ LEDGER_CONFORMANCE(record_outcomes_batched,
   outcomes.push_back(no_receipt_g);
 
   std::vector<Result<Intent>> results;
-  auto failed = store->batch([&] { results = store->record_outcomes(outcomes); });
+  auto failed = store->batch([&] { results = store->record_outcomes(outcomes); }, Store::Calls::isolated,
+                             Store::Durability::deferred);
   REQUIRE_MESSAGE(!failed, failed.message());
   REQUIRE(results.size() == outcomes.size());
   for (std::size_t i : {0, 1, 2, 3, 6, 8}) REQUIRE_MESSAGE(results[i].has_value(), i << ": " << results[i].error().message());

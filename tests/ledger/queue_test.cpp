@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <variant>
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -52,10 +53,17 @@ class GatedStore final : public Store {
     batch_error_ = why;
   }
 
-  boost::system::error_code batch(const std::function<void()>& body, Calls) override {
+  // The Durability each Store::batch() was asked for, in order.
+  std::vector<Durability> durabilities() {
+    std::lock_guard lock(mutex_);
+    return durabilities_;
+  }
+
+  boost::system::error_code batch(const std::function<void()>& body, Calls, Durability durability) override {
     {
       std::lock_guard lock(mutex_);
       transactions_.emplace_back();
+      durabilities_.push_back(durability);
       in_batch_ = true;
     }
     body();
@@ -142,6 +150,7 @@ class GatedStore final : public Store {
   bool open_ = false;
   std::vector<std::size_t> batches_;
   std::vector<std::vector<std::string>> transactions_;
+  std::vector<Durability> durabilities_;
   bool in_batch_ = false;
   boost::system::error_code batch_error_;
 };
@@ -463,4 +472,44 @@ TEST_CASE("unit: without concurrent writers an outcome waits for the one writer"
   h.held->release();
   REQUIRE(h.admitted.get().has_value());
   CHECK(outcome.get().has_value());
+}
+
+TEST_CASE("unit: outcomes after their answers, and nothing else, commit without waiting for the disk") {
+  auto after = [](std::int64_t id, bool after_answer) {
+    Outcome o;
+    o.intent_id = id;
+    o.attempt = 1;
+    o.after_answer = after_answer;
+    return o;
+  };
+  using D = Store::Durability;
+  // Held behind a first call, then released: the queued calls are one batch.
+  auto batch_of = [&](std::vector<std::variant<Outcome, std::string>> calls) {
+    GatedLedger gated;
+    Loop loop;
+    auto running = loop.spawn(gated.ledger->find_intent(1));
+    REQUIRE(gated.gate->wait_entered(1));
+    std::vector<std::future<Result<Intent>>> done;
+    for (auto& call : calls) {
+      if (auto* o = std::get_if<Outcome>(&call))
+        done.push_back(loop.spawn(gated.ledger->record_outcome(*o)));
+      else
+        done.push_back(loop.spawn(gated.ledger->find_intent(7)));
+    }
+    REQUIRE(wait_until([&] { return gated.ledger->queued() == calls.size(); }));
+    gated.gate->release();
+    CHECK(running.get().error() == errc::not_found);
+    for (auto& d : done) d.get();
+    return gated.gate->durabilities();
+  };
+  // Two after their answers: one deferred transaction.
+  CHECK(batch_of({after(2, true), after(3, true)}) == std::vector<D>{D::deferred});
+  // One alone: a transaction of its own, deferred (not a bare call, which
+  // would commit flushed).
+  CHECK(batch_of({after(2, true)}) == std::vector<D>{D::deferred});
+  // Beside an outcome the request path waits for, or any other call: flushed.
+  CHECK(batch_of({after(2, true), after(3, false)}) == std::vector<D>{D::flushed});
+  CHECK(batch_of({after(2, true), std::string("find_intent")}) == std::vector<D>{D::flushed});
+  // One on the request path alone is a bare call: no batch at all.
+  CHECK(batch_of({after(2, false)}).empty());
 }
