@@ -196,9 +196,13 @@ Result<int> SqliteStore::migrate() {
     sqlite::exec(db_,
                  "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
                  "name TEXT NOT NULL, applied_at INTEGER NOT NULL DEFAULT 0)");
-    Statement current(db_, "SELECT coalesce(max(version), 0) FROM schema_version");
-    current.step();
-    int version = static_cast<int>(current.int64(0));
+    // Finalized before the scripts run: a DROP fails (SQLITE_LOCKED) while
+    // a statement of the connection is still open.
+    int version = [&] {
+      Statement current(db_, "SELECT coalesce(max(version), 0) FROM schema_version");
+      current.step();
+      return static_cast<int>(current.int64(0));
+    }();
     auto migrations = sqlite_migrations();
     if (version > latest_version(migrations)) throw Abort{errc::newer_schema};
     for (const auto& m : migrations) {

@@ -1,5 +1,6 @@
 // Versioned migrations: from empty, re-run idempotently, and a database newer
-// than the binary refused; the dashboard views exist on both backends.
+// than the binary refused; the dashboard views exist on both backends; the
+// indexes of intents are the ones its queries use.
 #include "backend.hpp"
 
 #include "ledger/migrations.hpp"
@@ -48,4 +49,18 @@ TEST_CASE("unit: an unknown ledger URL is refused") {
   idemgate::config::Ledger config;
   config.url = "mysql://nope";
   CHECK(migrate(config).error() == errc::invalid_argument);
+}
+
+// Every reservation and every outcome writes an entry into each index of
+// intents: the set is what the queries need and no more (no index on every
+// intent's state; the unknown ones by unknown_since).
+LEDGER_CONFORMANCE(intent_indexes, "intents carry only the indexes their queries use") {
+  REQUIRE(migrate(backend.config).has_value());
+  auto const listed = backend.name() == "sqlite"
+                          ? backend.query("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
+                                          "WHERE type = 'index' AND tbl_name = 'intents' AND sql IS NOT NULL "
+                                          "ORDER BY name)")
+                          : backend.query("SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes "
+                                          "WHERE tablename = 'intents' AND indexname <> 'intents_pkey'");
+  CHECK(listed == "intents_key,intents_lease,intents_live_fingerprint,intents_lookup_due,intents_run,intents_unknown\n");
 }
