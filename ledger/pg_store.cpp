@@ -1,6 +1,8 @@
 // The PostgreSQL backend (see pg_store.hpp). Values are inlined with
 // pqxx's quote()/quote_raw() (libpq escaping), so one code path serves both
-// single calls and the multi-row group-commit reservation. Every method body
+// single calls and the multi-row group-commit reservation; the hottest
+// statements (a lone admission, a batch's outcomes) are prepared once per
+// connection instead, their rows passed as array parameters. Every method body
 // runs either as its own transaction or, inside batch(), between SAVEPOINT
 // and RELEASE (ROLLBACK TO on error) of the batch's one transaction.
 #include "ledger/pg_store.hpp"
@@ -140,6 +142,95 @@ std::string admit_alone_sql() {
          "FROM (SELECT 1) AS one LEFT JOIN ins ON true LEFT JOIN charge ON true";
 }
 
+// One parameter of a prepared statement that carries a column of many rows:
+// a PostgreSQL array literal, each element double-quoted with \ and "
+// escaped (NULL unquoted). With unnest() in the statement, a batch of any
+// size runs one plan, made once per connection.
+class ArrayParam {
+ public:
+  ArrayParam& text(std::string_view value) {
+    next();
+    text_ += '"';
+    for (char ch : value) {
+      if (ch == '"' || ch == '\\') text_ += '\\';
+      text_ += ch;
+    }
+    text_ += '"';
+    return *this;
+  }
+  // bytea in its hex input form (\x...), as an element.
+  ArrayParam& bytes(std::string_view value) {
+    static constexpr char hex[] = "0123456789abcdef";
+    next();
+    text_ += "\"\\\\x";
+    for (unsigned char ch : value) {
+      text_ += hex[ch >> 4];
+      text_ += hex[ch & 15];
+    }
+    text_ += '"';
+    return *this;
+  }
+  ArrayParam& number(std::int64_t value) {
+    next();
+    text_ += std::to_string(value);
+    return *this;
+  }
+  ArrayParam& flag(bool value) {
+    next();
+    text_ += value ? 't' : 'f';
+    return *this;
+  }
+  ArrayParam& null() {
+    next();
+    text_ += "NULL";
+    return *this;
+  }
+  template <class T>
+  ArrayParam& number_or_null(const std::optional<T>& value) {
+    return value ? number(static_cast<std::int64_t>(*value)) : null();
+  }
+  std::string str() const { return text_ + "}"; }
+
+ private:
+  void next() { text_ += text_.size() == 1 ? "" : ","; }
+  std::string text_ = "{";
+};
+
+// Store::record_outcomes for one round (an intent once): the intents'
+// compare-and-set, their attempts and their escalations (data-modifying
+// CTEs, one snapshot), the intents as they are now read back from it. The
+// parameters are columns (ArrayParam), $15 the states an outcome may settle
+// from, comma-separated.
+std::string record_outcomes_sql() {
+  return "WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], "
+         "$6::int[], $7::text[], $8::boolean[], $9::int[], $10::text[], $11::bytea[], $12::boolean[], $13::int[], "
+         "$14::text[], $15::text[], $16::text[]) AS v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, "
+         "o_receipt, o_has_response, o_response_status, o_response_headers, o_response_body, o_response_truncated, "
+         "o_attempt, o_attempt_state, o_sources, o_note)), "
+         "u AS (UPDATE intents SET state = v.o_state, answer_class = v.o_class, status = v.o_status, "
+         "updated_at = now(), unknown_since = CASE WHEN v.o_state = 'unknown' THEN "
+         "coalesce(intents.unknown_since, now()) ELSE NULL END, "
+         "retry_not_before = now() + v.o_retry_ms * interval '1 millisecond', lease_until = NULL, "
+         "waived = intents.waived + v.o_waive, "
+         "receipt = CASE WHEN v.o_receipt = '' THEN intents.receipt ELSE v.o_receipt END, "
+         "response_status = CASE WHEN v.o_has_response THEN v.o_response_status ELSE intents.response_status END, "
+         "response_headers = CASE WHEN v.o_has_response THEN v.o_response_headers ELSE intents.response_headers END, "
+         "response_body = CASE WHEN v.o_has_response THEN v.o_response_body ELSE intents.response_body END, "
+         "response_truncated = CASE WHEN v.o_has_response THEN v.o_response_truncated "
+         "ELSE intents.response_truncated END "
+         "FROM v WHERE intents.id = v.o_id AND intents.state = ANY (string_to_array(v.o_sources, ',')) "
+         "AND (v.o_attempt = 0 OR intents.attempts = v.o_attempt) RETURNING intents.*), "
+         "a AS (UPDATE attempts SET state = v.o_attempt_state, answer_class = v.o_class, status = v.o_status, "
+         "receipt = v.o_receipt, finished_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_attempt > 0 "
+         "AND attempts.intent_id = u.id AND attempts.number = v.o_attempt "
+         "AND attempts.state IN ('dispatched', 'unknown')), "
+         "e AS (UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = v.o_receipt, "
+         "note = v.o_note, resolved_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_state <> 'unknown' "
+         "AND escalations.intent_id = u.id AND escalations.state = 'open' "
+         "AND escalations.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
+         "SELECT " + std::string(intent_columns) + " FROM u";
+}
+
 // An idle connection has nothing to read: if its socket is readable (or hung
 // up), the server ended the session (restart, admin shutdown, idle timeout).
 // Checking before use turns a restart into a reconnect instead of a failed
@@ -182,6 +273,7 @@ error_code PgStore::connect() {
     // admit_alone's statement, planned once per connection (its plan is
     // most of its server time at one connection).
     c->c.prepare("admit_alone", admit_alone_sql());
+    c->c.prepare("record_outcomes", record_outcomes_sql());
     connection_ = std::move(c);
     backoff_ = Millis(0);
     return {};
@@ -198,6 +290,23 @@ struct PgStore::OpenBatch {
   bool together;     // no savepoints: the first failing call fails the batch
   error_code error;  // set when the transaction itself failed
 };
+
+namespace {
+
+// A subtransaction whose SAVEPOINT is sent at once. libpqxx 6.4 sends it
+// lazily, on the first exec(), but not on exec_prepared() or exec_params():
+// a prepared statement first in a subtransaction ran in the batch's own
+// transaction, and its failure aborted the batch (25P02 for every call after
+// it) instead of rolling back to a savepoint that was never made.
+class Savepoint final : public pqxx::subtransaction {
+ public:
+  Savepoint(pqxx::dbtransaction& parent, const std::string& name)
+      : pqxx::internal::namedclass("subtransaction", name), pqxx::subtransaction(parent, name) {
+    Begin();
+  }
+};
+
+}  // namespace
 
 template <class T, class F>
 Result<T> PgStore::in_savepoint(F& body) {
@@ -226,7 +335,7 @@ Result<T> PgStore::in_savepoint(F& body) {
       // SAVEPOINT; RELEASE on commit(); ROLLBACK TO on an error (libpqxx
       // rolls back the transaction a failed statement ran in: here only the
       // subtransaction, the batch goes on).
-      pqxx::subtransaction sub(b.w, "job");
+      Savepoint sub(b.w, "job");
       if constexpr (std::is_void_v<T>) {
         body(sub);
         sub.commit();
@@ -626,32 +735,6 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
 // and the batched forms cannot drift apart.
 Result<Intent> PgStore::record_outcome(const Outcome& o) { return std::move(record_outcomes({&o, 1}).front()); }
 
-namespace {
-
-// One outcome as a row of record_outcomes' VALUES list, every value cast
-// (the first row types the list, and a NULL alone has no type).
-std::string outcome_row(pqxx::transaction_base& w, const Outcome& o) {
-  auto state = to_string(o.state);
-  auto attempt_state = to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered);
-  std::string sources;
-  for (auto from : settle_sources(o.state, o.attempt > 0)) {
-    sources += sources.empty() ? "'" : ",'";
-    sources += to_string(from);
-    sources += '\'';
-  }
-  const auto* r = o.response ? &*o.response : nullptr;
-  return "(" + std::to_string(o.intent_id) + "::bigint," + q(w, state) + "::text," + q(w, o.answer_class) +
-         "::text," + (o.status ? std::to_string(*o.status) : "NULL") + "::int," +
-         (o.retry_after ? std::to_string(o.retry_after->count()) : "NULL") + "::bigint," + (o.waive ? "1" : "0") +
-         "::int," + q(w, o.receipt) + "::text," + (r ? "true" : "false") + "," +
-         (r ? std::to_string(r->status) : "NULL") + "::int," + (r ? q(w, encode_headers(r->headers)) : "NULL") +
-         "::text," + (r ? q_bytes(w, r->body) : "NULL") + "::bytea," + (r && r->truncated ? "true" : "false") + "," +
-         std::to_string(o.attempt) + "::int," + q(w, attempt_state) + "::text,ARRAY[" + sources + "]::text[]," +
-         q(w, "settled by reconciliation: " + o.answer_class) + "::text)";
-}
-
-}  // namespace
-
 std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> outcomes) {
   std::vector<Result<Intent>> results(outcomes.size(), error_code(errc::invalid_argument));
   // Rounds: round k holds the k-th outcome of each intent, so a statement
@@ -670,48 +753,50 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
     std::sort(round.begin(), round.end(),
               [&](auto a, auto b) { return outcomes[a].intent_id < outcomes[b].intent_id; });  // the lock order
     auto applied = transact([&](pqxx::transaction_base& w) {
-      std::string values, ids;
+      ArrayParam id, state, answer_class, status, retry_ms, waive, receipt, has_response, response_status,
+          response_headers, response_body, response_truncated, attempt, attempt_state, sources, note;
       for (auto i : round) {
-        values += (values.empty() ? "" : ",") + outcome_row(w, outcomes[i]);
-        ids += (ids.empty() ? "" : ",") + std::to_string(outcomes[i].intent_id);
+        const auto& o = outcomes[i];
+        const auto* r = o.response ? &*o.response : nullptr;
+        std::string from;
+        for (auto s : settle_sources(o.state, o.attempt > 0)) {
+          if (!from.empty()) from += ',';
+          from += to_string(s);
+        }
+        id.number(o.intent_id);
+        state.text(to_string(o.state));
+        answer_class.text(o.answer_class);
+        status.number_or_null(o.status);
+        retry_ms.number_or_null(o.retry_after ? std::optional(o.retry_after->count()) : std::nullopt);
+        waive.number(o.waive ? 1 : 0);
+        receipt.text(o.receipt);
+        has_response.flag(r != nullptr);
+        r ? response_status.number(r->status) : response_status.null();
+        r ? response_headers.text(encode_headers(r->headers)) : response_headers.null();
+        r ? response_body.bytes(r->body) : response_body.null();
+        response_truncated.flag(r && r->truncated);
+        attempt.number(o.attempt);
+        attempt_state.text(to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered));
+        sources.text(from);
+        note.text("settled by reconciliation: " + o.answer_class);
       }
+      auto const ids = id.str();
       // The rows locked in id order first: an UPDATE ... FROM locks them in
       // whatever order its plan visits them.
-      if (round.size() > 1) w.exec("SELECT id FROM intents WHERE id IN (" + ids + ") ORDER BY id FOR UPDATE");
+      if (round.size() > 1) w.exec_params("SELECT id FROM intents WHERE id = ANY ($1::bigint[]) ORDER BY id FOR UPDATE", ids);
       std::map<std::int64_t, Intent> settled;
-      for (const auto& row : w.exec(
-               "WITH v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, o_receipt, o_has_response, "
-               "o_response_status, o_response_headers, o_response_body, o_response_truncated, o_attempt, "
-               "o_attempt_state, o_sources, o_note) AS (VALUES " + values + "), "
-               "u AS (UPDATE intents SET state = v.o_state, answer_class = v.o_class, status = v.o_status, "
-               "updated_at = now(), unknown_since = CASE WHEN v.o_state = 'unknown' THEN "
-               "coalesce(intents.unknown_since, now()) ELSE NULL END, "
-               "retry_not_before = now() + v.o_retry_ms * interval '1 millisecond', lease_until = NULL, "
-               "waived = intents.waived + v.o_waive, "
-               "receipt = CASE WHEN v.o_receipt = '' THEN intents.receipt ELSE v.o_receipt END, "
-               "response_status = CASE WHEN v.o_has_response THEN v.o_response_status ELSE intents.response_status END, "
-               "response_headers = CASE WHEN v.o_has_response THEN v.o_response_headers ELSE intents.response_headers END, "
-               "response_body = CASE WHEN v.o_has_response THEN v.o_response_body ELSE intents.response_body END, "
-               "response_truncated = CASE WHEN v.o_has_response THEN v.o_response_truncated "
-               "ELSE intents.response_truncated END "
-               "FROM v WHERE intents.id = v.o_id AND intents.state = ANY (v.o_sources) "
-               "AND (v.o_attempt = 0 OR intents.attempts = v.o_attempt) RETURNING intents.*), "
-               "a AS (UPDATE attempts SET state = v.o_attempt_state, answer_class = v.o_class, status = v.o_status, "
-               "receipt = v.o_receipt, finished_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_attempt > 0 "
-               "AND attempts.intent_id = u.id AND attempts.number = v.o_attempt "
-               "AND attempts.state IN ('dispatched', 'unknown')), "
-               "e AS (UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = v.o_receipt, "
-               "note = v.o_note, resolved_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_state <> 'unknown' "
-               "AND escalations.intent_id = u.id AND escalations.state = 'open' "
-               "AND escalations.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
-               "SELECT " + std::string(intent_columns) + " FROM u")) {
+      for (const auto& row :
+           w.exec_prepared("record_outcomes", ids, state.str(), answer_class.str(), status.str(), retry_ms.str(),
+                           waive.str(), receipt.str(), has_response.str(), response_status.str(),
+                           response_headers.str(), response_body.str(), response_truncated.str(), attempt.str(),
+                           attempt_state.str(), sources.str(), note.str())) {
         auto intent = read_intent(PgRow(row));
         settled[intent.id] = std::move(intent);
       }
       // The rest were refused: illegal_transition when the intent exists.
       std::set<std::int64_t> exists;
       if (settled.size() < round.size())
-        for (const auto& row : w.exec("SELECT id FROM intents WHERE id IN (" + ids + ")"))
+        for (const auto& row : w.exec_params("SELECT id FROM intents WHERE id = ANY ($1::bigint[])", ids))
           exists.insert(row[0].as<long long>());
       std::vector<Result<Intent>> done;
       for (auto i : round) {

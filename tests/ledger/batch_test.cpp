@@ -160,6 +160,8 @@ LEDGER_CONFORMANCE(record_outcomes_batched,
   retry_d.status = 429;
   retry_d.retry_after = std::chrono::minutes(5);
   retry_d.waive = true;
+  // What an array element must escape, and what looks like SQL or NULL.
+  retry_d.receipt = "a\\b\"c{d},e NULL '' \xc3\xa9";
   outcomes.push_back(retry_d);
   outcomes.push_back(completed(e, 1));      // no attempt began: illegal_transition
   outcomes.push_back(completed(99999999, 1));  // no such intent: not_found
@@ -192,6 +194,7 @@ LEDGER_CONFORMANCE(record_outcomes_batched,
   CHECK(results[3]->retry_not_before.has_value());
   CHECK(results[3]->waived == 1);
   CHECK(results[3]->status == 429);
+  CHECK(results[3]->receipt == retry_d.receipt);
   CHECK(results[4].error() == errc::illegal_transition);
   CHECK(results[5].error() == errc::not_found);
   CHECK(results[6]->state == IntentState::completed);
@@ -210,6 +213,7 @@ LEDGER_CONFORMANCE(record_outcomes_batched,
   CHECK(settled->resolved_by == "idemgate");
   CHECK(settled->receipt == "r-" + std::to_string(b));
   CHECK(again->find_intent(c)->state == IntentState::completed);
+  CHECK(again->find_intent(d)->receipt == "a\\b\"c{d},e NULL '' \xc3\xa9");
   CHECK(again->find_intent(e)->state == IntentState::reserved);
   CHECK(again->find_intent(f)->state == IntentState::dispatched);
   CHECK(backend.query("SELECT state || ':' || answer_class || ':' || coalesce(CAST(status AS TEXT), '-') || ':' || receipt "
