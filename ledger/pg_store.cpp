@@ -1,10 +1,10 @@
 // The PostgreSQL backend (see pg_store.hpp). Values are inlined with
-// pqxx's quote()/quote_raw() (libpq escaping), so one code path serves both
-// single calls and the multi-row group-commit reservation; the hottest
-// statements (a lone admission, a batch's outcomes) are prepared once per
-// connection instead, their rows passed as array parameters. Every method body
-// runs either as its own transaction or, inside batch(), between SAVEPOINT
-// and RELEASE (ROLLBACK TO on error) of the batch's one transaction.
+// pqxx's quote()/quote_raw() (libpq escaping), except in the hottest
+// statements (a lone admission, a batch's reservations and its outcomes),
+// which are prepared once per connection and take their rows as array
+// parameters. Every method body runs either as its own transaction or,
+// inside batch(), between SAVEPOINT and RELEASE (ROLLBACK TO on error) of
+// the batch's one transaction.
 #include "ledger/pg_store.hpp"
 
 #include "ledger/migrations.hpp"
@@ -231,6 +231,25 @@ std::string record_outcomes_sql() {
          "SELECT " + std::string(intent_columns) + " FROM u";
 }
 
+// Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
+// order) that get in, each with attempt 1 begun when its $9 is set (lease
+// $10 ms, replica $11), come back whole; the others conflict.
+std::string reserve_intents_sql() {
+  return "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
+         "request_snapshot, window_ms, unknown_ttl_ms, window_until) "
+         "SELECT r.run, r.tool, r.scope, r.fingerprint, r.idem_key, "
+         "CASE WHEN r.start THEN 'dispatched' ELSE 'reserved' END, CASE WHEN r.start THEN 1 ELSE 0 END, "
+         "CASE WHEN r.start THEN now() + r.lease_ms * interval '1 millisecond' END, r.snapshot, r.window_ms, "
+         "r.ttl_ms, now() + r.window_ms * interval '1 millisecond' "
+         "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], "
+         "$8::bigint[], $9::boolean[], $10::bigint[]) AS r(run, tool, scope, fingerprint, idem_key, snapshot, "
+         "window_ms, ttl_ms, start, lease_ms) "
+         "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
+         "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
+         "SELECT id, 1, $11::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
+         "SELECT " + std::string(intent_columns) + " FROM ins";
+}
+
 // An idle connection has nothing to read: if its socket is readable (or hung
 // up), the server ended the session (restart, admin shutdown, idle timeout).
 // Checking before use turns a restart into a reconnect instead of a failed
@@ -274,6 +293,7 @@ error_code PgStore::connect() {
     // most of its server time at one connection).
     c->c.prepare("admit_alone", admit_alone_sql());
     c->c.prepare("record_outcomes", record_outcomes_sql());
+    c->c.prepare("reserve_intents", reserve_intents_sql());
     connection_ = std::move(c);
     backoff_ = Millis(0);
     return {};
@@ -551,20 +571,23 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         replica = requests[i].start->replica;
       }
     auto insert = [&](const std::vector<std::size_t>& which) {
-      auto values = join(which, [&](std::size_t i) {
+      ArrayParam run, tool, scope, fingerprint, key, snapshot, window_ms, ttl_ms, start, lease_ms;
+      for (auto i : which) {
         const auto& r = requests[i];
-        return "(" + q(w, r.run) + "," + q(w, r.tool) + "," + q(w, r.scope) + "," + q(w, r.fingerprint) + "," +
-               q(w, r.key) + (r.start ? ",'dispatched',1,now() + " + q_millis(r.start->lease) : ",'reserved',0,NULL") +
-               "," + q(w, r.request_snapshot) + "," + q(w, r.window.count()) + "," + q(w, r.unknown_ttl.count()) +
-               ",now() + " + q_millis(r.window) + ")";
-      });
-      for (const auto& row : w.exec(
-               "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, "
-               "lease_until, request_snapshot, window_ms, unknown_ttl_ms, window_until) VALUES " + values +
-               " ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
-               "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
-               "SELECT id, 1, " + q(w, replica) + ", 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
-               "SELECT " + std::string(intent_columns) + " FROM ins")) {
+        run.text(r.run);
+        tool.text(r.tool);
+        scope.text(r.scope);
+        fingerprint.text(r.fingerprint);
+        key.text(r.key);
+        snapshot.text(r.request_snapshot);
+        window_ms.number(r.window.count());
+        ttl_ms.number(r.unknown_ttl.count());
+        start.flag(r.start.has_value());
+        lease_ms.number(r.start ? r.start->lease.count() : 0);
+      }
+      for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),
+                                             key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
+                                             lease_ms.str(), replica)) {
         auto intent = read_intent(PgRow(row));
         inserted.insert(intent.id);
         auto key = std::pair{intent.scope, intent.fingerprint};
