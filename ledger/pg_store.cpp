@@ -294,6 +294,14 @@ error_code PgStore::connect() {
     c->c.prepare("admit_alone", admit_alone_sql());
     c->c.prepare("record_outcomes", record_outcomes_sql());
     c->c.prepare("reserve_intents", reserve_intents_sql());
+    // Store::count_calls: the runs created, locked once each in id order,
+    // then counted ($1 run ids, $2 budgets or counts).
+    c->c.prepare("runs_create", "INSERT INTO runs (run_id, budget) SELECT * FROM unnest($1::text[], $2::bigint[]) "
+                                "ON CONFLICT (run_id) DO NOTHING");
+    c->c.prepare("runs_lock", "SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = ANY ($1::text[]) "
+                              "ORDER BY run_id FOR UPDATE");
+    c->c.prepare("runs_add", "UPDATE runs SET calls = calls + v.n, updated_at = now() "
+                             "FROM unnest($1::text[], $2::bigint[]) AS v(id, n) WHERE runs.run_id = v.id");
     connection_ = std::move(c);
     backoff_ = Millis(0);
     return {};
@@ -967,15 +975,15 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
     // one UPDATE: a run's row is taken once per batch, not once per call.
     std::map<std::string, std::int64_t> budgets;
     for (const auto& r : requests) budgets.emplace(r.run, r.budget);
-    std::string rows, ids;
+    ArrayParam ids, limits;
     for (const auto& [run, budget] : budgets) {
-      rows += (rows.empty() ? "(" : ",(") + q(w, run) + "," + std::to_string(budget) + ")";
-      ids += (ids.empty() ? "" : ",") + q(w, run);
+      ids.text(run);
+      limits.number(budget);
     }
-    w.exec("INSERT INTO runs (run_id, budget) VALUES " + rows + " ON CONFLICT (run_id) DO NOTHING");
+    auto const id_list = ids.str();
+    w.exec_prepared("runs_create", id_list, limits.str());
     std::map<std::string, Run> runs;
-    for (const auto& row : w.exec("SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id IN (" + ids +
-                                  ") ORDER BY run_id FOR UPDATE")) {
+    for (const auto& row : w.exec_prepared("runs_lock", id_list)) {
       PgRow r(row);
       runs[r.text(0)] = Run{r.text(0), parse_run_state(r.text(1)).value_or(RunState::killed), r.int64(2),
                             r.int64(3), r.text(4)};
@@ -993,12 +1001,12 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
         done.emplace_back(RunCharge{charge_refusal(run, r.kind), run.calls, run.budget});
       }
     }
-    std::string counts;
-    for (const auto& [run, n] : added)
-      counts += (counts.empty() ? "(" : ",(") + q(w, run) + "," + std::to_string(n) + ")";
-    if (!counts.empty())
-      w.exec("UPDATE runs SET calls = calls + v.n, updated_at = now() FROM (VALUES " + counts +
-             ") v(id, n) WHERE runs.run_id = v.id");
+    ArrayParam counted, counts;
+    for (const auto& [run, n] : added) {
+      counted.text(run);
+      counts.number(n);
+    }
+    if (!added.empty()) w.exec_prepared("runs_add", counted.str(), counts.str());
     return done;
   });
   if (!batch) {
