@@ -6,3 +6,10 @@
 -- index entry fewer per write on the hot path.
 DROP INDEX IF EXISTS intents_state;
 CREATE INDEX intents_unknown ON intents (unknown_since) WHERE state = 'unknown';
+-- An outcome rewrites its intent's row (never a HOT update: it changes the
+-- state, which the partial indexes depend on). With room left in each page
+-- the new version stays on the old one's page instead of joining the
+-- reservations at the table's end: in a c64 benchmark the outcomes' server
+-- time halved (about 115 against 200-250 us a row). Pages written before
+-- this migration keep their old fill.
+ALTER TABLE intents SET (fillfactor = 70);
