@@ -493,8 +493,11 @@ auto PgStore::transact(F&& body, Commit commit) {
 
 Result<int> PgStore::migrate() {
   return transact([&](pqxx::transaction_base& w) {
-    // Replicas starting together migrate one at a time.
-    w.exec("SELECT pg_advisory_xact_lock(7202415001)");
+    // Replicas starting together migrate one at a time. A script may take
+    // longer than ledger.statement_timeout (an index build on a big ledger),
+    // which bounds request-path statements, not this; lock_timeout still
+    // bounds waiting behind traffic (a failed start is retried).
+    w.exec("SET LOCAL statement_timeout = 0; SELECT pg_advisory_xact_lock(7202415001)");
     w.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
            "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
     int version = w.exec("SELECT coalesce(max(version), 0) FROM schema_version")[0][0].as<int>();

@@ -130,7 +130,12 @@ boost::system::error_code SqliteStore::batch(const std::function<void()>& body, 
       if (deferred) sqlite3_exec(db, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
     }
     ~Synchronous() {
-      if (deferred) sqlite3_exec(db, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr);
+      if (!deferred) return;
+      // The level cannot change inside a transaction: one left open by a
+      // failed ROLLBACK is ended first, or the next admission would commit
+      // at NORMAL.
+      if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      sqlite3_exec(db, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr);
     }
   } synchronous(db_, durability == Durability::deferred);
   try {

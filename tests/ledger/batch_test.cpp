@@ -452,3 +452,70 @@ LEDGER_CONFORMANCE(batching_compared, "the same guarded writes with max_batch 1 
                            << " ms, " << (ms ? 128 * 1000 / ms : 0) << " writes/s");
   }
 }
+
+// The batched reservations and charges pass their values as array elements:
+// whatever must be escaped there (quotes, backslashes, braces, commas, the
+// word NULL, empty strings, non-ASCII) is stored exactly as given.
+LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges store awkward values verbatim") {
+  REQUIRE(migrate(backend.config).has_value());
+  auto store = open_store(backend);
+  std::string const odd = "a\\b\"c{d},e NULL '' \xc3\xa9";
+  std::vector<ReserveRequest> requests;
+  requests.push_back(reserve_request("fp-" + odd, "key-" + odd, "run-" + odd));
+  requests.back().scope = "scope-" + odd;
+  requests.back().request_snapshot = "{\"body\":\"" + odd + "\"}";
+  requests.push_back(reserve_request("", "key-empty-fp", "run-2"));  // refused: no fingerprint
+  requests.push_back(reserve_request("fp-plain", "key-plain", "NULL"));
+  std::vector<ChargeRequest> charges{{"run-" + odd, 5, CallKind::write}, {"NULL", 5, CallKind::write},
+                                     {"run-" + odd, 5, CallKind::read}};
+  std::vector<Result<Reservation>> reserved;
+  std::vector<Result<RunCharge>> charged;
+  auto failed = store->batch([&] {
+    charged = store->count_calls(charges);
+    reserved = store->reserve_intents(requests);
+  });
+  REQUIRE_MESSAGE(!failed, failed.message());
+  REQUIRE(reserved.size() == 3);
+  REQUIRE(reserved[0].has_value());
+  CHECK(reserved[1].error() == errc::invalid_argument);
+  REQUIRE(reserved[2].has_value());
+  auto again = open_store(backend);
+  auto first = again->find_intent(reserved[0]->intent.id);
+  REQUIRE(first.has_value());
+  CHECK(first->fingerprint == "fp-" + odd);
+  CHECK(first->key == "key-" + odd);
+  CHECK(first->run == "run-" + odd);
+  CHECK(first->scope == "scope-" + odd);
+  CHECK(first->request_snapshot == "{\"body\":\"" + odd + "\"}");
+  CHECK(again->find_intent(reserved[2]->intent.id)->run == "NULL");
+  REQUIRE(charged.size() == 3);
+  for (auto& c : charged) CHECK(c.has_value());
+  CHECK(again->find_run("run-" + odd)->calls == 2);
+  CHECK(again->find_run("NULL")->calls == 1);
+}
+
+TEST_CASE("postgresql: a reservation the server refuses fails in its savepoint; the batch's other calls commit" *
+          doctest::test_suite("db")) {
+  auto backend = postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  auto store = open_store(*backend);
+  // Its first statement is a prepared one: its savepoint must be made
+  // before it runs, or its failure aborts the whole batch.
+  auto bad = reserve_request("fp-bad", "key-bad");
+  bad.request_snapshot = "\xff\xfe not UTF-8";
+  Result<Reservation> refused = boost::system::error_code(errc::invalid_argument);
+  Result<RunCharge> charge = boost::system::error_code(errc::invalid_argument);
+  Result<Reservation> good = boost::system::error_code(errc::invalid_argument);
+  auto failed = store->batch([&] {
+    refused = std::move(store->reserve_intents({&bad, 1}).front());
+    charge = store->count_call("run-1", 10, CallKind::write);
+    auto fine = reserve_request("fp-good", "key-good");
+    good = std::move(store->reserve_intents({&fine, 1}).front());
+  });
+  REQUIRE_MESSAGE(!failed, failed.message());
+  CHECK(refused.error() == errc::storage_failure);
+  CHECK(charge.has_value());
+  CHECK(good.has_value());
+  CHECK(backend->query("SELECT string_agg(fingerprint, ',') FROM intents") == "fp-good\n");
+  CHECK(backend->query("SELECT calls FROM runs WHERE run_id = 'run-1'") == "1\n");
+}
