@@ -1,0 +1,528 @@
+// PgStore's intents (see store.hpp): reservations, a lone admission,
+// attempts and their outcomes, the reads and claims of intents, and the
+// recovery of attempts whose lease ran out.
+#include "ledger/pg_store.hpp"
+
+#include "ledger/pg_support.hpp"
+#include "ledger/transitions.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace idemgate::ledger {
+
+namespace {
+
+std::string select_intents(std::string_view where) {
+  std::string s = "SELECT ";
+  s += intent_columns;
+  s += " FROM intents WHERE ";
+  s += where;
+  return s;
+}
+
+Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
+  auto rows = w.exec(select_intents("id = " + std::to_string(id)));
+  if (rows.empty()) throw Abort{errc::not_found};
+  return read_intent(PgRow(rows[0]));
+}
+
+}  // namespace
+
+std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
+  std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
+  auto batch = transact([&](pqxx::transaction_base& w) {
+    std::vector<Result<Reservation>> done = results;
+    // Valid requests in (scope, fingerprint) order: concurrent batches then
+    // take the unique-index locks in the same order and cannot deadlock.
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      if (valid(requests[i])) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+      return std::tie(requests[a].scope, requests[a].fingerprint) <
+             std::tie(requests[b].scope, requests[b].fingerprint);
+    });
+    if (order.empty()) return done;
+
+    auto bound_keys = [&] {
+      std::map<std::pair<std::string, std::string>, std::pair<std::string, std::int64_t>> bound;
+      std::string list;
+      for (auto i : order)
+        if (!requests[i].agent_key.empty())
+          list += (list.empty() ? "(" : ",(") + q(w, requests[i].scope) + "," +
+                  q(w, requests[i].agent_key) + ")";
+      if (list.empty()) return bound;
+      for (const auto& row : w.exec("SELECT scope, agent_key, fingerprint, intent_id FROM "
+                                    "agent_keys WHERE (scope, agent_key) IN (" + list + ")")) {
+        PgRow r(row);
+        bound[{r.text(0), r.text(1)}] = {r.text(2), r.int64(3)};
+      }
+      return bound;
+    };
+    auto mismatch = [&](const auto& bound, std::size_t i) -> std::optional<std::int64_t> {
+      const auto& r = requests[i];
+      if (r.agent_key.empty()) return std::nullopt;
+      auto it = bound.find({r.scope, r.agent_key});
+      if (it == bound.end() || it->second.first == r.fingerprint) return std::nullopt;
+      return it->second.second;
+    };
+
+    auto before = bound_keys();
+    std::vector<std::size_t> live;
+    for (auto i : order) {
+      if (auto other = mismatch(before, i)) {
+        done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+        continue;
+      }
+      live.push_back(i);
+    }
+    if (live.empty()) return done;
+    auto pair_of = [&](std::size_t i) { return "(" + q(w, requests[i].scope) + "," + q(w, requests[i].fingerprint) + ")"; };
+    auto join = [&](const std::vector<std::size_t>& which, auto&& item) {
+      std::string list;
+      for (auto i : which) list += (list.empty() ? "" : ",") + item(i);
+      return list;
+    };
+    // Group commit: one statement, one durable commit, many reservations.
+    // Exactly one row per scope+fingerprint gets in; the others conflict.
+    // The rows that got in come back whole: no read-back for them.
+    std::map<std::pair<std::string, std::string>, Intent> rows;
+    std::set<std::int64_t> inserted;
+    // Requests with a start are inserted with attempt 1 begun, and their
+    // attempts rows written by the same statement (all of one replica).
+    std::string replica;
+    for (auto i : live)
+      if (requests[i].start) {
+        if (!replica.empty() && replica != requests[i].start->replica) throw Abort{errc::invalid_argument};
+        replica = requests[i].start->replica;
+      }
+    auto insert = [&](const std::vector<std::size_t>& which) {
+      ArrayParam run, tool, scope, fingerprint, key, snapshot, window_ms, ttl_ms, start, lease_ms;
+      for (auto i : which) {
+        const auto& r = requests[i];
+        run.text(r.run);
+        tool.text(r.tool);
+        scope.text(r.scope);
+        fingerprint.text(r.fingerprint);
+        key.text(r.key);
+        snapshot.text(r.request_snapshot);
+        window_ms.number(r.window.count());
+        ttl_ms.number(r.unknown_ttl.count());
+        start.flag(r.start.has_value());
+        lease_ms.number(r.start ? r.start->lease.count() : 0);
+      }
+      for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),
+                                             key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
+                                             lease_ms.str(), replica)) {
+        auto intent = read_intent(PgRow(row));
+        inserted.insert(intent.id);
+        auto key = std::pair{intent.scope, intent.fingerprint};
+        rows[key] = std::move(intent);
+      }
+    };
+    auto conflicted = [&] {
+      std::vector<std::size_t> rest;
+      std::set<std::pair<std::string, std::string>> listed;
+      for (auto i : live)
+        if (!rows.count({requests[i].scope, requests[i].fingerprint}) &&
+            listed.insert({requests[i].scope, requests[i].fingerprint}).second)
+          rest.push_back(i);
+      return rest;
+    };
+    insert(live);
+    if (auto rest = conflicted(); !rest.empty()) {
+      // A live intent whose window has passed and that holds no unresolved
+      // dispatch gives its fingerprint up to the new reservation.
+      auto superseded = w.exec("UPDATE intents SET superseded = true WHERE NOT superseded AND window_until <= now() "
+                               "AND " + sql_state_guard({IntentState::reserved, IntentState::completed,
+                                                         IntentState::denied, IntentState::retryable}) +
+                               " AND (scope, fingerprint) IN (" + join(rest, pair_of) + ")")
+                            .affected_rows();
+      if (superseded) insert(rest);
+      if (auto existing = conflicted(); !existing.empty())
+        for (const auto& row :
+             w.exec(select_intents("NOT superseded AND (scope, fingerprint) IN (" + join(existing, pair_of) + ")"))) {
+          auto intent = read_intent(PgRow(row));
+          auto key = std::pair{intent.scope, intent.fingerprint};
+          rows[key] = std::move(intent);
+        }
+    }
+    std::string binds;
+    for (auto i : live) {
+      const auto& r = requests[i];
+      auto found = rows.find({r.scope, r.fingerprint});
+      if (found == rows.end()) throw Abort{errc::conflict};  // superseded concurrently
+      auto& intent = found->second;
+      // The winner is the request whose key the inserted row holds; a second
+      // request of this batch for the same fingerprint is "existing".
+      bool won = inserted.count(intent.id) && intent.key == r.key;
+      if (won) inserted.erase(intent.id);
+      done[i] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing, intent,
+                            won && r.start.has_value()};
+      if (!r.agent_key.empty())
+        binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +
+                 q(w, r.fingerprint) + "," + std::to_string(intent.id) + ")";
+    }
+    if (!binds.empty()) {
+      w.exec("INSERT INTO agent_keys (scope, agent_key, fingerprint, intent_id) VALUES " + binds +
+             " ON CONFLICT DO NOTHING");
+      // A concurrent transaction may have bound one of these keys to another
+      // fingerprint first: that request is a mismatch after all.
+      auto after = bound_keys();
+      std::string unstart;
+      for (auto i : live)
+        if (auto other = mismatch(after, i)) {
+          // Its row must not say an attempt began: nothing will be sent.
+          if (done[i] && done[i]->started)
+            unstart += (unstart.empty() ? "" : ",") + std::to_string(done[i]->intent.id);
+          done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+        }
+      if (!unstart.empty()) {
+        w.exec("DELETE FROM attempts WHERE number = 1 AND intent_id IN (" + unstart + ")");
+        w.exec("UPDATE intents SET state = 'reserved', attempts = 0, lease_until = NULL WHERE id IN (" + unstart + ")");
+      }
+    }
+    return done;
+  });
+  if (!batch) {
+    for (auto& r : results) r = batch.error();
+    return results;
+  }
+  return std::move(*batch);
+}
+
+Result<AttemptStart> PgStore::begin_attempt(const AttemptRequest& r, const std::string& replica) {
+  return transact([&](pqxx::transaction_base& w) {
+    auto id = std::to_string(r.intent_id);
+    auto lease = "now() + " + q_millis(r.lease);
+    // Compare-and-set: concurrent callers (any replica) serialise on the row
+    // lock and re-check the guard against what their verdict was made from,
+    // so one of them moves it to dispatched and the others decide again.
+    auto changed = w.exec(
+        "UPDATE intents SET state = 'dispatched', attempts = attempts + 1, updated_at = now(), "
+        "lease_until = " + lease + " WHERE id = " + id + " AND state = " + q(w, to_string(r.expected_state)) +
+        " AND attempts = " + std::to_string(r.expected_attempts) +
+        " AND attempts - waived < " + std::to_string(r.max_attempts) +
+        " AND (retry_not_before IS NULL OR retry_not_before <= now()) AND " +
+        sql_state_guard(dispatchable_states()) + " RETURNING " + std::string(intent_columns));
+    if (changed.empty()) {
+      auto intent = load_intent(w, r.intent_id);
+      auto why = refusal_reason(intent, r);
+      return AttemptStart{why, 0, std::move(intent)};
+    }
+    auto intent = read_intent(PgRow(changed[0]));
+    w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) VALUES (" + id + ", " +
+           std::to_string(intent.attempts) + ", " + q(w, replica) + ", 'dispatched', " + lease + ")");
+    int number = intent.attempts;
+    return AttemptStart{AttemptOutcome::started, number, std::move(intent)};
+  });
+}
+
+std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const AttemptRequest> requests,
+                                                          const std::string& replica) {
+  if (requests.size() == 1) return {begin_attempt(requests.front(), replica)};
+  std::vector<Result<AttemptStart>> results(requests.size(), error_code(errc::invalid_argument));
+  auto batch = transact([&](pqxx::transaction_base& w) {
+    // begin_attempt's compare-and-set for many intents: one UPDATE, one
+    // INSERT of the attempts, one read back, whatever the count.
+    std::string values, ids;
+    for (const auto& r : requests) {
+      values += (values.empty() ? "(" : ",(") + std::to_string(r.intent_id) + "::bigint," +
+                q(w, to_string(r.expected_state)) + "," + std::to_string(r.expected_attempts) + "," +
+                std::to_string(r.max_attempts) + "," + std::to_string(r.lease.count()) + "::bigint)";
+      ids += (ids.empty() ? "" : ",") + std::to_string(r.intent_id);
+    }
+    std::map<std::int64_t, int> started;
+    std::map<std::int64_t, Intent> now;
+    for (const auto& row : w.exec(
+             "WITH v(id, expected_state, expected_attempts, max_attempts, lease_ms) AS (VALUES " + values +
+             "), begun AS (UPDATE intents SET state = 'dispatched', attempts = intents.attempts + 1, "
+             "updated_at = now(), lease_until = now() + v.lease_ms * interval '1 millisecond' FROM v "
+             "WHERE intents.id = v.id AND intents.state = v.expected_state AND intents.attempts = v.expected_attempts "
+             "AND intents.attempts - intents.waived < v.max_attempts AND (intents.retry_not_before IS NULL OR "
+             "intents.retry_not_before <= now()) AND " + sql_state_guard(dispatchable_states(), "intents.state") +
+             " RETURNING intents.*), "
+             "recorded AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
+             "SELECT id, attempts, " + q(w, replica) + ", 'dispatched', lease_until FROM begun) "
+             "SELECT " + std::string(intent_columns) + " FROM begun")) {
+      auto intent = read_intent(PgRow(row));
+      started[intent.id] = intent.attempts;
+      now[intent.id] = std::move(intent);
+    }
+    // The refused ones as they are now (what they were refused for).
+    std::string refused;
+    for (const auto& r : requests)
+      if (!started.count(r.intent_id)) refused += (refused.empty() ? "" : ",") + std::to_string(r.intent_id);
+    if (!refused.empty())
+      for (const auto& row : w.exec(select_intents("id IN (" + refused + ")"))) {
+        auto intent = read_intent(PgRow(row));
+        now[intent.id] = std::move(intent);
+      }
+    std::vector<Result<AttemptStart>> done;
+    for (const auto& r : requests) {
+      auto found = now.find(r.intent_id);
+      if (found == now.end()) {
+        done.emplace_back(error_code(errc::not_found));
+        continue;
+      }
+      auto s = started.find(r.intent_id);
+      if (s != started.end())
+        done.emplace_back(AttemptStart{AttemptOutcome::started, s->second, found->second});
+      else
+        done.emplace_back(AttemptStart{refusal_reason(found->second, r), 0, found->second});
+    }
+    return done;
+  });
+  if (!batch) {
+    for (auto& r : results) r = batch.error();
+    return results;
+  }
+  return std::move(*batch);
+}
+
+// One outcome is a round of one: the same statement, so that the one-by-one
+// and the batched forms cannot drift apart.
+Result<Intent> PgStore::record_outcome(const Outcome& o) { return std::move(record_outcomes({&o, 1}).front()); }
+
+std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> outcomes) {
+  std::vector<Result<Intent>> results(outcomes.size(), error_code(errc::invalid_argument));
+  // Rounds: round k holds the k-th outcome of each intent, so a statement
+  // updates an intent once and an intent's outcomes apply in their order.
+  std::vector<std::vector<std::size_t>> rounds;
+  std::map<std::int64_t, std::size_t> seen;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    auto k = seen[outcomes[i].intent_id]++;
+    if (rounds.size() <= k) rounds.emplace_back();
+    rounds[k].push_back(i);
+  }
+  for (auto& round : rounds) {
+    // record_outcome for the whole round in one statement: the intents'
+    // compare-and-set, their attempts and their escalations (data-modifying
+    // CTEs, one snapshot), the intents as they are now read back from it.
+    std::sort(round.begin(), round.end(),
+              [&](auto a, auto b) { return outcomes[a].intent_id < outcomes[b].intent_id; });  // the lock order
+    auto applied = transact([&](pqxx::transaction_base& w) {
+      ArrayParam id, state, answer_class, status, retry_ms, waive, receipt, has_response, response_status,
+          response_headers, response_body, response_truncated, attempt, attempt_state, sources, note;
+      for (auto i : round) {
+        const auto& o = outcomes[i];
+        const auto* r = o.response ? &*o.response : nullptr;
+        std::string from;
+        for (auto s : settle_sources(o.state, o.attempt > 0)) {
+          if (!from.empty()) from += ',';
+          from += to_string(s);
+        }
+        id.number(o.intent_id);
+        state.text(to_string(o.state));
+        answer_class.text(o.answer_class);
+        status.number_or_null(o.status);
+        retry_ms.number_or_null(o.retry_after ? std::optional(o.retry_after->count()) : std::nullopt);
+        waive.number(o.waive ? 1 : 0);
+        receipt.text(o.receipt);
+        has_response.flag(r != nullptr);
+        r ? response_status.number(r->status) : response_status.null();
+        r ? response_headers.text(encode_headers(r->headers)) : response_headers.null();
+        r ? response_body.bytes(r->body) : response_body.null();
+        response_truncated.flag(r && r->truncated);
+        attempt.number(o.attempt);
+        attempt_state.text(to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered));
+        sources.text(from);
+        note.text("settled by reconciliation: " + o.answer_class);
+      }
+      auto const ids = id.str();
+      // The rows locked in id order first: an UPDATE ... FROM locks them in
+      // whatever order its plan visits them.
+      if (round.size() > 1) w.exec_params("SELECT id FROM intents WHERE id = ANY ($1::bigint[]) ORDER BY id FOR UPDATE", ids);
+      std::map<std::int64_t, Intent> settled;
+      for (const auto& row :
+           w.exec_prepared("record_outcomes", ids, state.str(), answer_class.str(), status.str(), retry_ms.str(),
+                           waive.str(), receipt.str(), has_response.str(), response_status.str(),
+                           response_headers.str(), response_body.str(), response_truncated.str(), attempt.str(),
+                           attempt_state.str(), sources.str(), note.str())) {
+        auto intent = read_intent(PgRow(row));
+        settled[intent.id] = std::move(intent);
+      }
+      // The rest were refused: illegal_transition when the intent exists.
+      std::set<std::int64_t> exists;
+      if (settled.size() < round.size())
+        for (const auto& row : w.exec_params("SELECT id FROM intents WHERE id = ANY ($1::bigint[])", ids))
+          exists.insert(row[0].as<long long>());
+      std::vector<Result<Intent>> done;
+      for (auto i : round) {
+        auto found = settled.find(outcomes[i].intent_id);
+        if (found != settled.end()) {
+          done.emplace_back(std::move(found->second));
+          continue;
+        }
+        auto const why = exists.count(outcomes[i].intent_id) ? errc::illegal_transition : errc::not_found;
+        // Alone, a refusal is the call's failure (a batch of one caller's
+        // calls fails with it), as record_outcome's always was.
+        if (round.size() == 1) throw Abort{why};
+        done.emplace_back(error_code(why));
+      }
+      return done;
+    });
+    if (applied) {
+      for (std::size_t k = 0; k < round.size(); ++k) results[round[k]] = std::move((*applied)[k]);
+    } else if (round.size() > 1 && (!batch_ || !batch_->error) && applied.error() == errc::storage_failure) {
+      // One bad row (a value the server refused) fails the statement: the
+      // round's outcomes one by one, so only that one fails.
+      for (auto i : round) results[i] = record_outcome(outcomes[i]);
+    } else {
+      for (auto i : round) results[i] = applied.error();
+    }
+  }
+  return results;
+}
+
+Result<Intent> PgStore::find_intent(std::int64_t intent_id) {
+  return transact([&](pqxx::transaction_base& w) { return load_intent(w, intent_id); });
+}
+
+Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
+  return transact([&](pqxx::transaction_base& w) {
+    auto k = q(w, key);
+    auto rows = w.exec(select_intents("idem_key = " + k +
+                                      " OR id IN (SELECT intent_id FROM agent_keys WHERE "
+                                      "agent_key = " + k + ") ORDER BY id DESC LIMIT 1"));
+    if (rows.empty()) throw Abort{errc::not_found};
+    return read_intent(PgRow(rows[0]));
+  });
+}
+
+Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run, int limit) {
+  return transact([&](pqxx::transaction_base& w) {
+    std::vector<Intent> out;
+    for (const auto& row : w.exec(select_intents("run_id = " + q(w, run) +
+                                                 " ORDER BY id DESC LIMIT " +
+                                                 std::to_string(limit))))
+      out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
+Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::string& tool,
+                                            const std::string& answer_class,
+                                            std::int64_t except_intent) {
+  return transact([&](pqxx::transaction_base& w) {
+    return w
+        .exec("SELECT count(*) FROM intents WHERE run_id = " + q(w, run) + " AND tool = " +
+              q(w, tool) + " AND answer_class = " + q(w, answer_class) +
+              " AND id <> " + std::to_string(except_intent))[0][0]
+        .as<std::int64_t>();
+  });
+}
+
+Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
+  return transact([&](pqxx::transaction_base& w) {
+    std::vector<Intent> out;
+    for (const auto& row : w.exec(select_intents(
+             "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
+             "<= now() ORDER BY unknown_since LIMIT " + std::to_string(limit))))
+      out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
+Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
+  return transact([&](pqxx::transaction_base& w) {
+    std::vector<Intent> out;
+    for (const auto& row : w.exec(select_intents(
+             "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
+             "<= now() AND NOT EXISTS (SELECT 1 FROM escalations e WHERE e.intent_id = intents.id "
+             "AND e.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
+             "ORDER BY unknown_since LIMIT " + std::to_string(limit))))
+      out.push_back(read_intent(PgRow(row)));
+    return out;
+  });
+}
+
+Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> due, int limit) {
+  if (due.empty()) return std::vector<Intent>{};
+  return transact([&](pqxx::transaction_base& w) {
+    std::string which;
+    for (auto const& d : due)
+      which += (which.empty() ? "" : " OR ") + std::string("(tool = ") + q(w, d.tool) + " AND unknown_since + " +
+               q_millis(d.after) + " <= now())";
+    // SKIP LOCKED: two replicas' sweepers claim different intents, never one twice.
+    std::vector<Intent> out;
+    for (const auto& row : w.exec("UPDATE intents SET looked_up_at = now() WHERE id IN (SELECT id FROM intents "
+                                  "WHERE state = 'unknown' AND looked_up_at IS NULL AND (" + which +
+                                  ") ORDER BY unknown_since LIMIT " + std::to_string(limit) +
+                                  " FOR UPDATE SKIP LOCKED) RETURNING " + std::string(intent_columns)))
+      out.push_back(read_intent(PgRow(row)));
+    std::sort(out.begin(), out.end(), [](const Intent& a, const Intent& b) { return a.unknown_since < b.unknown_since; });
+    return out;
+  });
+}
+
+std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
+  const auto& r = a.reserve;
+  // An agent's key is checked against its bindings before anything is
+  // written: the batch does that.
+  if (batch_ || !r.agent_key.empty() || !valid(r) || a.budget <= 0) return std::nullopt;
+  bool const wants = a.first_attempt && a.first_attempt->max_attempts > 0;
+  struct First {
+    std::optional<RunCharge> counted;
+    std::optional<Intent> inserted;
+  };
+  // The run's charge, the reservation and its first attempt in one
+  // statement (its own transaction: one round trip). The attempt begins only
+  // when the charge counted and the reservation is fresh, as in the batch.
+  auto first = transact(
+      [&](pqxx::transaction_base& w) {
+        auto rows = w.exec_prepared(
+            "admit_alone", r.run, a.budget, r.tool, r.scope, r.fingerprint, r.key, wants,
+            wants ? a.first_attempt->lease.count() : std::int64_t{0}, r.request_snapshot, r.window.count(),
+            r.unknown_ttl.count(), wants ? a.first_attempt->replica : std::string());
+        First out;
+        const auto& row = rows[0];
+        auto const n = static_cast<int>(row.size());
+        if (!row[n - 2].is_null())
+          out.counted = RunCharge{ChargeOutcome::counted, row[n - 2].as<long long>(), row[n - 1].as<long long>()};
+        if (!row[0].is_null()) out.inserted = read_intent(PgRow(row));
+        return out;
+      },
+      Commit::one_statement);
+  if (!first) return Result<Admission>(first.error());
+  Admission admission;
+  if (first->counted) {
+    admission.charge = *first->counted;
+  } else {
+    auto run = find_run(r.run);
+    if (!run) return Result<Admission>(run.error());
+    admission.charge = RunCharge{charge_refusal(*run, CallKind::write), run->calls, run->budget};
+  }
+  if (first->inserted) {
+    admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first->inserted), false};
+    admission.reservation.started = admission.reservation.intent.state == IntentState::dispatched;
+  } else {
+    // A live intent holds the fingerprint: the batch's reservation (read it
+    // back, or supersede it if its window has passed), without the charge,
+    // which counted already.
+    ReserveRequest again = r;
+    if (wants && first->counted)
+      again.start = ReserveRequest::Start{a.first_attempt->lease, a.first_attempt->replica};
+    auto reserved = std::move(reserve_intents({&again, 1}).front());
+    if (!reserved) return Result<Admission>(reserved.error());
+    admission.reservation = std::move(*reserved);
+  }
+  if (admission.reservation.started)
+    admission.start = AttemptStart{AttemptOutcome::started, 1, admission.reservation.intent};
+  return Result<Admission>(std::move(admission));
+}
+
+Result<int> PgStore::recover_expired() {
+  return transact([&](pqxx::transaction_base& w) {
+    auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
+                          "unknown_since = coalesce(unknown_since, now()), updated_at = now(), "
+                          "lease_until = NULL WHERE state = 'dispatched' AND lease_until < now()")
+                       .affected_rows();
+    w.exec("UPDATE attempts SET state = 'unknown', recovered = true, finished_at = now() "
+           "WHERE state = 'dispatched' AND lease_until < now()");
+    return static_cast<int>(intents);
+  });
+}
+
+}  // namespace idemgate::ledger

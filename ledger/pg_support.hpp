@@ -1,0 +1,290 @@
+// What the PostgreSQL backend's files (pg_store.cpp, pg_intents.cpp,
+// pg_runs.cpp, pg_escalations.cpp) share, included by them only: it keeps
+// pqxx out of pg_store.hpp. Values are inlined with pqxx's
+// quote()/quote_raw() (libpq escaping), except in the hottest statements (a
+// lone admission, a batch's reservations and its outcomes), which are
+// prepared once per connection (PgStore::connect) and take their rows as
+// array parameters (ArrayParam). Every method body runs either as its own
+// transaction or, inside batch(), between SAVEPOINT and RELEASE (ROLLBACK TO
+// on error) of the batch's one transaction: transact() and in_savepoint(),
+// templates, so defined here.
+#pragma once
+
+#include "ledger/pg_store.hpp"
+#include "ledger/store_support.hpp"
+
+#include <pqxx/pqxx>
+
+#include <poll.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace idemgate::ledger {
+
+using namespace detail;
+using boost::system::error_code;
+
+namespace pg {
+
+#define IDEMGATE_MS(column) "(extract(epoch from " column ") * 1000)::bigint"
+inline constexpr std::string_view intent_columns =
+    "id, run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, status, "
+    "receipt, response_status, response_headers, response_body, response_truncated::int, "
+    "request_snapshot, window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
+    IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
+    ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived, " IDEMGATE_MS("looked_up_at");
+inline constexpr std::string_view escalation_columns =
+    "id, run_id, intent_id, reason_code, package, state, receipt, note, "
+    IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";
+#undef IDEMGATE_MS
+
+// Holds its row by value: rows[0] is a temporary (a row is a handle on the
+// result, cheap to copy), and a reference to it dangles at the semicolon.
+class PgRow final : public RowView {
+ public:
+  explicit PgRow(pqxx::row row) : row_(std::move(row)) {}
+  bool is_null(int c) const override { return row_[c].is_null(); }
+  std::int64_t int64(int c) const override { return row_[c].as<long long>(0); }
+  std::optional<std::int64_t> optional_int64(int c) const override {
+    if (is_null(c)) return std::nullopt;
+    return int64(c);
+  }
+  std::string text(int c) const override {
+    return is_null(c) ? std::string() : std::string(row_[c].c_str(), row_[c].size());
+  }
+  std::string blob(int c) const override {
+    return is_null(c) ? std::string() : pqxx::binarystring(row_[c]).str();
+  }
+
+ private:
+  pqxx::row row_;
+};
+
+inline std::string q(pqxx::transaction_base& w, std::string_view text) { return w.quote(std::string(text)); }
+inline std::string q(pqxx::transaction_base&, std::int64_t value) { return std::to_string(value); }
+inline std::string q(pqxx::transaction_base&, std::optional<std::int64_t> value) {
+  return value ? std::to_string(*value) : "NULL";
+}
+inline std::string q_bytes(pqxx::transaction_base& w, std::string_view bytes) {
+  return w.quote_raw(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+}
+inline std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
+
+// Connection failures and server shutdowns drop the connection; the rest
+// keep it.
+inline bool is_connection_state(const std::string& sqlstate) {
+  return sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
+         sqlstate == "57P03";
+}
+
+// One parameter of a prepared statement that carries a column of many rows:
+// a PostgreSQL array literal, each element double-quoted with \ and "
+// escaped (NULL unquoted). With unnest() in the statement, a batch of any
+// size runs one plan, made once per connection.
+class ArrayParam {
+ public:
+  ArrayParam& text(std::string_view value) {
+    next();
+    text_ += '"';
+    for (char ch : value) {
+      if (ch == '"' || ch == '\\') text_ += '\\';
+      text_ += ch;
+    }
+    text_ += '"';
+    return *this;
+  }
+  // bytea in its hex input form (\x...), as an element.
+  ArrayParam& bytes(std::string_view value) {
+    static constexpr char hex[] = "0123456789abcdef";
+    next();
+    text_ += "\"\\\\x";
+    for (unsigned char ch : value) {
+      text_ += hex[ch >> 4];
+      text_ += hex[ch & 15];
+    }
+    text_ += '"';
+    return *this;
+  }
+  ArrayParam& number(std::int64_t value) {
+    next();
+    text_ += std::to_string(value);
+    return *this;
+  }
+  ArrayParam& flag(bool value) {
+    next();
+    text_ += value ? 't' : 'f';
+    return *this;
+  }
+  ArrayParam& null() {
+    next();
+    text_ += "NULL";
+    return *this;
+  }
+  template <class T>
+  ArrayParam& number_or_null(const std::optional<T>& value) {
+    return value ? number(static_cast<std::int64_t>(*value)) : null();
+  }
+  std::string str() const { return text_ + "}"; }
+
+ private:
+  void next() { text_ += text_.size() == 1 ? "" : ","; }
+  std::string text_ = "{";
+};
+
+// An idle connection has nothing to read: if its socket is readable (or hung
+// up), the server ended the session (restart, admin shutdown, idle timeout).
+// Checking before use turns a restart into a reconnect instead of a failed
+// call, and keeps libpqxx away from the dead connection.
+inline bool ended_by_server(int socket) {
+  if (socket < 0) return true;
+  pollfd p{socket, POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
+// A subtransaction whose SAVEPOINT is sent at once. libpqxx 6.4 sends it
+// lazily, on the first exec(), but not on exec_prepared() or exec_params():
+// a prepared statement first in a subtransaction ran in the batch's own
+// transaction, and its failure aborted the batch (25P02 for every call after
+// it) instead of rolling back to a savepoint that was never made.
+class Savepoint final : public pqxx::subtransaction {
+ public:
+  Savepoint(pqxx::dbtransaction& parent, const std::string& name)
+      : pqxx::internal::namedclass("subtransaction", name), pqxx::subtransaction(parent, name) {
+    Begin();
+  }
+};
+
+}  // namespace pg
+
+using namespace pg;
+
+struct PgStore::Connection {
+  explicit Connection(const std::string& url) : c(url) {}
+  pqxx::connection c;
+};
+
+struct PgStore::OpenBatch {
+  OpenBatch(pqxx::connection& c, Calls calls) : w(c), together(calls == Calls::together) {}
+  pqxx::work w;
+  bool together;     // no savepoints: the first failing call fails the batch
+  error_code error;  // set when the transaction itself failed
+};
+
+template <class T, class F>
+Result<T> PgStore::in_savepoint(F& body) {
+  auto& b = *batch_;
+  if (b.error) return Result<T>(b.error);
+  auto fail_batch = [&](error_code why) {
+    b.error = why;
+    return Result<T>(b.error);
+  };
+  for (int attempt = 0;; ++attempt) {
+    // Between statements the socket has nothing to read unless the server
+    // ended the session: fail the batch without sending on a dead connection.
+    if (ended_by_server(connection_->c.sock())) return fail_batch(errc::unavailable);
+    error_code error;
+    try {
+      if (b.together) {
+        // One caller's calls: a savepoint is two round trips for nothing,
+        // since any failure fails that caller (below: the batch rolls back).
+        if constexpr (std::is_void_v<T>) {
+          body(b.w);
+          return Result<T>();
+        } else {
+          return Result<T>(body(b.w));
+        }
+      }
+      // SAVEPOINT; RELEASE on commit(); ROLLBACK TO on an error (libpqxx
+      // rolls back the transaction a failed statement ran in: here only the
+      // subtransaction, the batch goes on).
+      Savepoint sub(b.w, "job");
+      if constexpr (std::is_void_v<T>) {
+        body(sub);
+        sub.commit();
+        return Result<T>();
+      } else {
+        T value = body(sub);
+        sub.commit();
+        return Result<T>(std::move(value));
+      }
+    } catch (const Abort& a) {
+      error = a.code;
+    } catch (const pqxx::broken_connection&) {
+      return fail_batch(errc::unavailable);
+    } catch (const pqxx::in_doubt_error&) {
+      return fail_batch(errc::unavailable);
+    } catch (const pqxx::transaction_rollback&) {
+      // Deadlock or serialisation failure: rolling back to the savepoint
+      // released this call's locks; run it again, a bounded number of times.
+      if (!b.together && attempt < 3) continue;
+      error = errc::conflict;
+    } catch (const pqxx::sql_error& e) {
+      if (is_connection_state(e.sqlstate())) return fail_batch(errc::unavailable);
+      // The batch's transaction is aborted (a savepoint was not rolled back).
+      if (e.sqlstate() == "25P02") return fail_batch(errc::storage_failure);
+      error = e.sqlstate() == "57014" || e.sqlstate() == "55P03" ? errc::busy
+                                                                  : errc::storage_failure;
+    } catch (const std::exception&) {
+      error = errc::storage_failure;
+    }
+    // Without a savepoint what the call did cannot be undone alone: nothing
+    // of the batch is written.
+    if (b.together) return fail_batch(error);
+    return Result<T>(error);
+  }
+}
+
+template <class F>
+auto PgStore::transact(F&& body, Commit commit) {
+  using T = std::invoke_result_t<F&, pqxx::transaction_base&>;
+  if (batch_) return in_savepoint<T>(body);
+  auto run = [&](auto&& w) -> Result<T> {
+    if constexpr (std::is_void_v<T>) {
+      body(w);
+      w.commit();
+      return Result<T>();
+    } else {
+      T value = body(w);
+      w.commit();
+      return Result<T>(std::move(value));
+    }
+  };
+  // Deadlocks and serialisation failures roll back with nothing written:
+  // the transaction is simply run again, a bounded number of times.
+  for (int attempt = 0;; ++attempt) {
+    if (auto ec = connect()) return Result<T>(ec);
+    try {
+      if (commit == Commit::one_statement) return run(pqxx::nontransaction(connection_->c));
+      return run(pqxx::work(connection_->c));
+    } catch (const Abort& a) {
+      return Result<T>(error_code(a.code));
+    } catch (const pqxx::broken_connection&) {
+      drop_connection();
+      return Result<T>(error_code(errc::unavailable));
+    } catch (const pqxx::in_doubt_error&) {
+      // The commit's fate is unknown: the caller fails closed and its retry
+      // finds whatever did get committed.
+      drop_connection();
+      return Result<T>(error_code(errc::unavailable));
+    } catch (const pqxx::transaction_rollback&) {
+      if (attempt < 3) continue;
+      return Result<T>(error_code(errc::conflict));
+    } catch (const pqxx::sql_error& e) {
+      if (is_connection_state(e.sqlstate())) {
+        drop_connection();
+        return Result<T>(error_code(errc::unavailable));
+      }
+      if (e.sqlstate() == "57014" || e.sqlstate() == "55P03")
+        return Result<T>(error_code(errc::busy));
+      return Result<T>(error_code(errc::storage_failure));
+    } catch (const std::exception&) {
+      drop_connection();
+      return Result<T>(error_code(errc::storage_failure));
+    }
+  }
+}
+
+}  // namespace idemgate::ledger
