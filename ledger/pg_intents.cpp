@@ -333,7 +333,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       auto const ids = id.str();
       // The rows locked in id order first: an UPDATE ... FROM locks them in
       // whatever order its plan visits them.
-      if (round.size() > 1) w.exec_params("SELECT id FROM intents WHERE id = ANY ($1::bigint[]) ORDER BY id FOR UPDATE", ids);
+      if (round.size() > 1) w.exec_prepared("intents_lock", ids);
       std::map<std::int64_t, Intent> settled;
       for (const auto& row :
            w.exec_prepared("record_outcomes", ids, state.str(), answer_class.str(), status.str(), retry_ms.str(),
@@ -346,7 +346,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       // The rest were refused: illegal_transition when the intent exists.
       std::set<std::int64_t> exists;
       if (settled.size() < round.size())
-        for (const auto& row : w.exec_params("SELECT id FROM intents WHERE id = ANY ($1::bigint[])", ids))
+        for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
       std::vector<Result<Intent>> done;
       for (auto i : round) {

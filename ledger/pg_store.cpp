@@ -139,6 +139,10 @@ error_code PgStore::connect() {
                               "ORDER BY run_id FOR UPDATE");
     c->c.prepare("runs_add", "UPDATE runs SET calls = calls + v.n, updated_at = now() "
                              "FROM unnest($1::text[], $2::bigint[]) AS v(id, n) WHERE runs.run_id = v.id");
+    // record_outcomes: a round's intents locked in id order, and which of
+    // the refused ones exist ($1 intent ids).
+    c->c.prepare("intents_lock", "SELECT id FROM intents WHERE id = ANY ($1::bigint[]) ORDER BY id FOR UPDATE");
+    c->c.prepare("intents_exist", "SELECT id FROM intents WHERE id = ANY ($1::bigint[])");
     connection_ = std::move(c);
     backoff_ = Millis(0);
     return {};

@@ -64,12 +64,8 @@ class PgRow final : public RowView {
 };
 
 inline std::string q(pqxx::transaction_base& w, std::string_view text) { return w.quote(std::string(text)); }
-inline std::string q(pqxx::transaction_base&, std::int64_t value) { return std::to_string(value); }
 inline std::string q(pqxx::transaction_base&, std::optional<std::int64_t> value) {
   return value ? std::to_string(*value) : "NULL";
-}
-inline std::string q_bytes(pqxx::transaction_base& w, std::string_view bytes) {
-  return w.quote_raw(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 inline std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
 
