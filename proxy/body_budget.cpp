@@ -3,12 +3,17 @@
 
 namespace idemgate::proxy {
 
-std::optional<BodyBudget::Reservation> BodyBudget::try_reserve(std::uint64_t bytes, std::uint64_t limit) noexcept {
+bool BodyBudget::take(std::uint64_t bytes, std::uint64_t limit) noexcept {
   auto used = used_.load(std::memory_order_relaxed);
   do {
-    if (bytes > limit || used > limit - bytes) return std::nullopt;
+    if (bytes > limit || used > limit - bytes) return false;
   } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  return Reservation(*this, bytes);
+  return true;
+}
+
+std::optional<BodyBudget::Reservation> BodyBudget::try_reserve(std::uint64_t bytes, std::uint64_t limit) noexcept {
+  if (!take(bytes, limit)) return std::nullopt;
+  return Reservation(*this, bytes, limit);
 }
 
 BodyBudget& guarded_body_budget() noexcept {
