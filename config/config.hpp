@@ -92,8 +92,10 @@ struct Limits {
   // Body bytes of one guarded answer held in memory; the rest streams on
   // to the client (and the stored copy is marked truncated).
   std::uint64_t guarded_answer = 1024 * 1024;
-  // All guarded request bodies and answer buffers at once, process-wide;
-  // past it a new guarded call gets 503 overloaded before anything is sent.
+  // All guarded request bodies and answer buffers at once, process-wide, as
+  // they are held (an answer buffer grows as the answer arrives); a new
+  // guarded call that does not fit gets 503 overloaded before anything is
+  // sent, and an answer that cannot grow its buffer further streams on.
   std::uint64_t guarded_budget = 256ull * 1024 * 1024;
 };
 

@@ -89,7 +89,8 @@ class Checker {
   void check_limits() {
     const auto& limits = config_.limits;
     if (limits.guarded_answer < 1024) report("limits.guarded_answer", "must be at least 1KiB");
-    // A budget smaller than one call's worth would refuse every guarded call.
+    // Room for one call's largest body and whole answer buffer, so that a
+    // call alone never has its answer cut short or its body refused.
     if (limits.guarded_budget < limits.inspect_body + limits.guarded_answer)
       report("limits.guarded_budget", "must be at least limits.inspect_body + limits.guarded_answer (" +
                                           std::to_string(limits.inspect_body + limits.guarded_answer) + " bytes)");

@@ -270,6 +270,7 @@ void log_decision(Call& c, unsigned status) {
                  {"latency_us", us.count()}};
   if (!c.reason_code.empty()) o["reason_code"] = c.reason_code;
   if (c.intent) o["intent"] = c.intent->id;
+  if (c.answer_cut_by_budget) o["answer_cut"] = "limits.guarded_budget";
   log_event("decision", std::move(o));
   c.worker.decisions().count(c.tool.name, c.decision, shown_class(c), c.reason_code);
 }

@@ -10,6 +10,7 @@
 #include "policy/fingerprint.hpp"
 #include "policy/mcp.hpp"
 #include "policy/tool.hpp"
+#include "proxy/body_budget.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/stream.hpp"
 
@@ -60,6 +61,11 @@ struct Call {
   // An MCP tools/call: answered in JSON-RPC terms, with the requester's id.
   bool is_mcp = false;
   policy::McpRequest mcp;
+  // Its share of limits.guarded_budget, held for as long as the call: the
+  // request body, and the answer buffer, which starts as a small slice and
+  // grows as an answer (or a lookup's) fills it.
+  std::optional<BodyBudget::Reservation> body_budget;
+  std::optional<BodyBudget::Reservation> answer_budget;
 
   // What the ledger holds for it (writes), and what this request did.
   std::optional<ledger::Intent> intent;
@@ -71,6 +77,7 @@ struct Call {
   std::string decision = "forwarded";
   std::string answer_class;  // "" until known; "pending" is written where no provider answer exists
   std::string reason_code;
+  bool answer_cut_by_budget = false;  // an answer was buffered short because the budget was full
 };
 
 // The run's charge for this call, as decide() reads it.

@@ -65,11 +65,13 @@ asio::awaitable<Sent> send_upstream(Call& c, std::string_view key) {
   // deduplicates on the key; reads may always be sent again.
   ExchangeOptions options;
   options.answer_limit = c.cfg.limits.guarded_answer;
+  options.answer_budget = c.answer_budget ? &*c.answer_budget : nullptr;
   options.reuse = c.is_write ? Reuse::known_alive : Reuse::any;
   options.resend_if_stale =
       !c.is_write || (c.tool.idempotency.honoured && c.tool.reconcile.mode == policy::ReconcileMode::same_key);
   s.answer = co_await exchange(c.target, out, c.cfg, c.worker, options);
   s.at = std::chrono::system_clock::now();
+  if (s.answer.cut_by_budget) c.answer_cut_by_budget = true;
   bool const answered = s.answer.outcome == policy::TransportOutcome::answered;
   std::vector<policy::Header> hv;
   if (answered) hv = header_view(s.answer.response);

@@ -112,8 +112,9 @@ asio::awaitable<void> look_up_in_background(ledger::Ledger& ledger, const config
                                             const ledger::Intent& intent) {
   boost::system::error_code ec;
   auto const snapshot = json::parse(intent.request_snapshot, ec);
-  // No agent: idemgate keeps no credentials to send along.
-  Lookup lookup{tool, intent.key, intent.receipt, ec ? nullptr : snapshot_body(snapshot), nullptr, {}};
+  // No agent: idemgate keeps no credentials to send along. Not counted in
+  // limits.guarded_budget: the sweeper makes one lookup at a time.
+  Lookup lookup{tool, intent.key, intent.receipt, ec ? nullptr : snapshot_body(snapshot), nullptr, {}, nullptr};
   auto result = co_await ask_provider(lookup, cfg, worker);
   stats.lookups.fetch_add(1, std::memory_order_relaxed);
   json::object line{{"intent", intent.id}, {"run", intent.run}, {"tool", intent.tool},

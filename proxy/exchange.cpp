@@ -1,6 +1,7 @@
 // Buffered upstream exchanges (see exchange.hpp).
 #include "proxy/exchange.hpp"
 
+#include "proxy/answer_buffer.hpp"
 #include "proxy/connect.hpp"
 #include "proxy/relay.hpp"
 #include "proxy/worker.hpp"
@@ -47,13 +48,21 @@ void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
 }
 
 // Reads the answer's body into `body`, at most limit + 1 bytes (one more
-// than the limit tells "longer" from "exactly the limit" on chunked bodies).
+// than the limit tells "longer" from "exactly the limit" on chunked bodies),
+// and no more than `budget` can grow to (cut_by_budget: it stopped there).
 asio::awaitable<beast::error_code> read_body_prefix(UpstreamConnection& up, http::response_parser<http::buffer_body>& p,
-                                                    std::string& body, std::uint64_t limit) {
-  if (auto const length = p.content_length(); length && *length <= limit) body.reserve(static_cast<std::size_t>(*length));
+                                                    std::string& body, std::uint64_t limit,
+                                                    BodyBudget::Reservation* budget, bool& cut_by_budget) {
+  AnswerBuffer buffered(body, budget);
+  auto const length = p.content_length();
+  std::optional<std::uint64_t> const wanted = length ? std::optional<std::uint64_t>(*length) : std::nullopt;
   while (!p.is_done() && body.size() <= limit) {
+    if (!buffered.make_room(limit + 1, wanted)) {
+      cut_by_budget = true;
+      break;
+    }
     auto const old = body.size();
-    auto const room = static_cast<std::size_t>(std::min<std::uint64_t>(limit + 1 - old, 64 * 1024));
+    auto const room = static_cast<std::size_t>(std::min(buffered.room(), AnswerBuffer::step));
     body.resize(old + room);
     auto& buffer = p.get().body();
     buffer.data = body.data() + old;
@@ -96,7 +105,8 @@ asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const 
     if (!ec) {
       auto const code = p.get().result_int();
       if (code >= 100 && code < 200 && code != 101) continue;
-      ec = co_await read_body_prefix(*up, p, body, options.answer_limit);
+      ec = co_await read_body_prefix(*up, p, body, options.answer_limit, options.answer_budget,
+                                     answer.cut_by_budget);
     }
     if (ec) {
       answer.outcome = TransportOutcome::sent_no_answer;
@@ -109,9 +119,14 @@ asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const 
     bool const complete = p.is_done();
     if (!complete && !options.stream_rest) {
       answer.outcome = TransportOutcome::sent_no_answer;
+      std::string const why =
+          answer.cut_by_budget
+              ? "does not fit in what limits.guarded_budget (" + std::to_string(cfg.limits.guarded_budget) +
+                    " bytes for all guarded calls at once) has left: " + std::to_string(body.size()) +
+                    " bytes buffered"
+              : "is larger than limits.guarded_answer (" + std::to_string(options.answer_limit) + " bytes)";
       answer.problem = Problem{502, "upstream_answer_too_large", "Upstream answer too large",
-                               "the answer from " + target.host + " is larger than limits.guarded_answer (" +
-                                   std::to_string(options.answer_limit) + " bytes)"};
+                               "the answer from " + target.host + " " + why};
       co_return Sent::failed;
     }
     answer.response = StringResponse(p.get().base());
@@ -155,6 +170,7 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& re
     }
     answer.reused_connection = up->requests > 0;
     auto const sent = co_await send_once(target, req, cfg, options, up, answer);
+    if (answer.cut_by_budget) worker.stats().answers_cut_by_budget.fetch_add(1, std::memory_order_relaxed);
     if (sent == Sent::stale && answer.reused_connection && options.resend_if_stale && send == 0) {
       up.reset();
       continue;

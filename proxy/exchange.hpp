@@ -1,12 +1,14 @@
 // A buffered request/answer exchange with an upstream, for guarded calls:
 // the whole (inspected) request goes out, the answer comes back into one
-// buffer of at most ExchangeOptions::answer_limit body bytes (the rest, if
-// any, is streamed on to the client by write_answer), and the transport
-// outcome says whether the request may have left.
+// buffer of at most ExchangeOptions::answer_limit body bytes, and no more
+// than the call's answer_budget can grow to (the rest, if any, is streamed
+// on to the client by write_answer), and the transport outcome says whether
+// the request may have left.
 #pragma once
 
 #include "config/config.hpp"
 #include "policy/classify.hpp"
+#include "proxy/body_budget.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/problem.hpp"
 #include "proxy/stream.hpp"
@@ -31,6 +33,11 @@ struct AnswerTail;
 
 struct ExchangeOptions {
   std::uint64_t answer_limit = 1024 * 1024;  // body bytes buffered (limits.guarded_answer)
+  // The call's share of limits.guarded_budget for its answer buffer: grown
+  // before each piece is buffered; when it cannot grow the buffer stops
+  // there, as if answer_limit had been reached. Null: not counted (the
+  // sweeper's lookups, one at a time, and forward_buffered, as before).
+  BodyBudget::Reservation* answer_budget = nullptr;
   // Past answer_limit: keep the rest in UpstreamAnswer::tail for
   // write_answer (else the exchange fails: a lookup needs the whole answer).
   bool stream_rest = true;
@@ -47,7 +54,8 @@ struct UpstreamAnswer {
   // When outcome == answered: the status, headers and the first body bytes
   // (all of them unless tail is set).
   StringResponse response;
-  std::shared_ptr<AnswerTail> tail;  // set when the body is longer than answer_limit
+  std::shared_ptr<AnswerTail> tail;  // set when the body is longer than the buffer
+  bool cut_by_budget = false;        // the buffer stopped short of answer_limit: answer_budget could not grow
   std::optional<Problem> problem;    // otherwise: what went wrong, for the agent
   bool reused_connection = false;
   bool resent = false;  // the first send met a stale connection and was sent again

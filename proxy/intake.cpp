@@ -25,6 +25,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
 
 namespace idemgate::proxy {
@@ -36,6 +37,13 @@ namespace http = beast::http;
 namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// The answer buffer a guarded call sets aside before it is sent: most tool
+// answers (a JSON object, an MCP result) are a few KiB and fit without
+// touching the shared budget again, and 16 KiB a call lets the default
+// 256 MiB budget hold some 16,000 calls with small bodies at once. A longer
+// answer grows the buffer as it arrives (exchange.cpp).
+constexpr std::uint64_t first_answer_slice = 16 * 1024;
 
 std::string run_of(const http::fields& f, const config::Config& cfg) {
   auto named = f[cfg.runs.header];
@@ -162,15 +170,22 @@ asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_bu
   c.malformed = c.fp.malformed;
   c.keep_alive = c.req.keep_alive() && !worker.draining();
   // Before the ledger or the upstream hears of it: room for this body and
-  // one answer buffer in the process's budget, or 503 overloaded.
-  auto budget = guarded_body_budget().try_reserve(c.body.size() + cfg.limits.guarded_answer, cfg.limits.guarded_budget);
-  if (!budget) {
+  // the first slice of its answer buffer in the process's budget, or 503
+  // overloaded. Past this point the call is never refused for memory: an
+  // answer the budget cannot buffer whole streams on past a shorter buffer.
+  auto& budget = guarded_body_budget();
+  auto const limit = cfg.limits.guarded_budget;
+  c.body_budget = budget.try_reserve(c.body.size(), limit);
+  auto const slice = std::min(cfg.limits.guarded_answer, first_answer_slice);
+  if (c.body_budget) c.answer_budget = budget.try_reserve(slice, limit);
+  if (!c.answer_budget) {
+    c.body_budget.reset();
     c.decision = "refused";
     Problem p;
     p.status = 503;
     p.reason_code = std::string(policy::to_string(policy::ReasonCode::overloaded));
     p.title = "Too many guarded calls at once";
-    p.detail = "guarded bodies in memory would pass limits.guarded_budget (" +
+    p.detail = "guarded bodies and answer buffers in memory would pass limits.guarded_budget (" +
                std::to_string(cfg.limits.guarded_budget) + " bytes); nothing was sent";
     p.retry_after_s = 1;
     co_return co_await answer_problem(c, p);

@@ -2,6 +2,7 @@
 #include "proxy/metrics.hpp"
 
 #include "ledger/ledger.hpp"
+#include "proxy/body_budget.hpp"
 #include "proxy/worker.hpp"
 #include "tls/leaf_minter.hpp"
 
@@ -126,6 +127,13 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
            total(ws, [](WorkerStats& s) -> auto& { return s.problems; }));
   w.single("idemgate_upstream_connects_total", "counter", "Upstream connections opened.",
            total(ws, [](WorkerStats& s) -> auto& { return s.upstream_connects; }));
+  w.single("idemgate_guarded_budget_bytes", "gauge",
+           "Bytes of guarded request bodies and answer buffers held now, of limits.guarded_budget.",
+           static_cast<double>(guarded_body_budget().in_use()));
+  w.single("idemgate_guarded_answers_cut_by_budget_total", "counter",
+           "Guarded answers buffered short of limits.guarded_answer because limits.guarded_budget was full "
+           "(the rest streamed on; the stored copy is truncated).",
+           total(ws, [](WorkerStats& s) -> auto& { return s.answers_cut_by_budget; }));
   w.single("idemgate_egress_denied_total", "counter", "Requests refused by the egress guard.",
            total(ws, [](WorkerStats& s) -> auto& { return s.egress_denied; }));
 

@@ -49,6 +49,7 @@ asio::awaitable<QueryResult> ask_provider(const Lookup& l, const config::Config&
   }
   ExchangeOptions lookup;
   lookup.answer_limit = cfg.limits.guarded_answer;
+  lookup.answer_budget = l.answer_budget;
   lookup.stream_rest = false;
   lookup.resend_if_stale = true;  // a lookup changes nothing
   auto answer = co_await exchange(*qt, qr, cfg, worker, lookup);
@@ -70,7 +71,8 @@ asio::awaitable<QueryResult> ask_provider(const Lookup& l, const config::Config&
 asio::awaitable<QueryResult> ask_provider(Call& c) {
   std::string_view const key = c.intent ? std::string_view(c.intent->key) : std::string_view();
   std::string_view const receipt = c.intent ? std::string_view(c.intent->receipt) : std::string_view();
-  Lookup l{c.tool, key, receipt, c.fp.body ? &*c.fp.body : nullptr, &c.req, c.target.host};
+  Lookup l{c.tool, key, receipt, c.fp.body ? &*c.fp.body : nullptr, &c.req, c.target.host,
+           c.answer_budget ? &*c.answer_budget : nullptr};
   co_return co_await ask_provider(l, c.cfg, c.worker);
 }
 

@@ -7,6 +7,7 @@
 
 #include "ledger/types.hpp"
 #include "policy/decide.hpp"
+#include "proxy/body_budget.hpp"
 #include "proxy/call.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -33,6 +34,9 @@ struct Lookup {
   // query URL is the tool's own host over HTTPS; null: no credentials.
   const boost::beast::http::fields* agent = nullptr;
   std::string_view agent_host;                   // the host the agent's write went to
+  // The asking call's answer budget, which the lookup's answer buffer grows
+  // (it is gone before the call buffers its own answer); null: not counted.
+  BodyBudget::Reservation* answer_budget = nullptr;
 };
 
 // Asks the provider (on worker's thread, with the config's deadlines).

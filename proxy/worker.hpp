@@ -67,6 +67,9 @@ struct WorkerStats {
   std::atomic<std::uint64_t> upstream_connects{0};
   std::atomic<std::uint64_t> egress_denied{0};
   std::atomic<std::uint64_t> intercepted{0};
+  // Guarded answers buffered short of limits.guarded_answer because
+  // limits.guarded_budget had no more room (the rest streamed on).
+  std::atomic<std::uint64_t> answers_cut_by_budget{0};
   // A guarded exchange with an upstream, from connect to the complete answer.
   ledger::LatencyHistogram upstream_latency;
 };

@@ -1,9 +1,13 @@
 """Guarded answers in bounded memory: many large answers at once through a
 guarded write tool reach every agent whole (the first limits.guarded_answer
 bytes are buffered, the rest streams), the stored copy is marked truncated,
-and the proxy's resident memory stays under a stated bound. Past
-limits.guarded_budget a new guarded call gets 503 overloaded with
-Retry-After and the upstream sees nothing of it. On both ledgers."""
+and the proxy's resident memory stays under a stated bound.
+limits.guarded_budget counts what calls hold (a body and a 16 KiB answer
+slice that grows with the answer): many more calls with small answers than
+guarded_budget / guarded_answer are in flight at once; a call whose body and
+slice do not fit gets 503 overloaded with Retry-After and the upstream sees
+nothing of it; and an answer the budget cannot buffer whole once its request
+was sent still reaches the agent whole, stored truncated. On both ledgers."""
 import hashlib
 import http.client
 import json
@@ -14,6 +18,7 @@ import unittest
 from http.server import BaseHTTPRequestHandler
 
 sys.path.insert(0, os.path.dirname(__file__))
+from admin_common import TOKEN, AdminProxy  # noqa: E402
 from enforce_common import call, ledger_url, new_run  # noqa: E402
 from harness import SMALL_QUARANTINE_ENV, Proxy, wait_until  # noqa: E402
 from upstream import ServerThread  # noqa: E402
@@ -26,6 +31,15 @@ CLIENTS = 12
 # Before answers were bounded each was buffered whole, at least twice over
 # (192 MiB and more here).
 GROWTH_LIMIT_KIB = 96 * 1024
+# The answer buffer a guarded call sets aside at intake (proxy/intake.cpp).
+SLICE = 16 * 1024
+RESPONSE_CAP = 256 * 1024  # ledger.response_cap's default
+# The smallest budget config/validate.cpp allows with these limits: room for
+# one call's largest body and whole answer buffer. Reserving a whole
+# guarded_answer per call, it held one call at a time.
+TIGHT = "inspect_body: 64KiB, guarded_answer: 1MiB, guarded_budget: 1088KiB"
+BUDGET = 1088 * 1024
+PAD = "x" * 60000  # a held call's body is about 60 KB: it and its slice take ~76 KB
 
 
 def blob(seed, size):
@@ -141,6 +155,46 @@ class MemoryCases:
         self.addCleanup(proxy.stop)
         return proxy
 
+    def start_with_admin(self, upstream, limits):
+        proxy = AdminProxy("")
+        token_file = os.path.join(proxy.dir, "admin.token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        with open(proxy.config_path, "w") as f:
+            f.write(config(upstream.port, ledger_url(self.BACKEND, proxy.dir), limits) +
+                    "admin:\n  listen: 127.0.0.1:0\n  token_file: %s\n" % token_file)
+        proxy.start()
+        self.addCleanup(proxy.stop)
+        return proxy
+
+    def hold(self, proxy, upstream, run, bodies):
+        """Calls to /v1/slow, one per body, all held open at the upstream
+        (each past intake, holding its share of the budget) until released."""
+        answers = [None] * len(bodies)
+
+        def one(i):
+            answers[i] = call(proxy, "POST", upstream.url("/v1/slow"), bodies[i], run=run, timeout=60)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        wait_until(lambda: upstream.count("/v1/slow") == len(bodies), 20,
+                   "%d held calls at the upstream" % len(bodies))
+
+        def release():
+            upstream.release.set()
+            for t in threads:
+                t.join(30)
+            return answers
+        return release
+
+    def metric(self, proxy, name):
+        text = proxy.admin("GET", "/metrics").body.decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        self.fail("no %s in /metrics" % name)
+
     def test_many_large_answers_at_once_in_bounded_memory(self):
         with BlobUpstream() as upstream:
             proxy = self.start(upstream, "guarded_answer: 1MiB", env=SMALL_QUARANTINE_ENV)
@@ -180,35 +234,89 @@ class MemoryCases:
 
     def test_past_the_budget_overloaded_before_anything_is_sent(self):
         with BlobUpstream() as upstream:
-            # Room for two calls' bodies and answer buffers, not three.
-            proxy = self.start(upstream, "inspect_body: 64KiB, guarded_answer: 1MiB, guarded_budget: 2200KiB")
+            proxy = self.start_with_admin(upstream, TIGHT)
             run = new_run()
-            held = [threading.Thread(target=call, args=(proxy, "POST", upstream.url("/v1/slow"), {"n": i}),
-                                     kwargs={"run": run}) for i in range(2)]
-            for t in held:
-                t.start()
-            wait_until(lambda: upstream.count("/v1/slow") == 2, 10, "two held calls at the upstream")
-            refused = call(proxy, "POST", upstream.url("/v1/exports?n=10"), {"n": 3}, run=run)
+            # 14 held calls of ~76 KB leave ~43 KB: not enough for another
+            # 60 KB body and its slice, enough for a small body's.
+            release = self.hold(proxy, upstream, run, [{"n": i, "pad": PAD} for i in range(14)])
+            big = {"n": "big", "pad": PAD}
+            refused = call(proxy, "POST", upstream.url("/v1/exports?n=10"), big, run=run)
             self.assertEqual(refused.status, 503, refused.body)
             self.assertEqual(refused.json()["reason_code"], "overloaded")
+            self.assertIn("limits.guarded_budget", refused.json()["detail"])
             self.assertEqual(refused.header("Content-Type"), "application/problem+json")
             self.assertGreaterEqual(int(refused.header("Retry-After")), 1)
             self.assertEqual(upstream.count("/v1/exports"), 0, "an overloaded call reached the upstream")
-            upstream.release.set()
-            for t in held:
-                t.join(30)
+            # What is refused is bytes, not calls: a small one still fits.
+            small = call(proxy, "POST", upstream.url("/v1/exports?n=10"), {"n": "small"}, run=run)
+            self.assertEqual(small.status, 200, small.body)
+            self.assertEqual(upstream.count("/v1/exports"), 1)
+            self.assertGreater(self.metric(proxy, "idemgate_guarded_budget_bytes"), 14 * 60000)
+            for answer in release():
+                self.assertEqual(answer.status, 200, answer.body)
             # The budget is given back (a held call's reservation ends just
             # after its answer is written, perhaps on the other network
             # thread): the same call goes through, once.
             answers = []
 
             def through():
-                answers.append(call(proxy, "POST", upstream.url("/v1/exports?n=10"), {"n": 3}, run=run))
+                answers.append(call(proxy, "POST", upstream.url("/v1/exports?n=10"), big, run=run))
                 return answers[-1].status != 503
 
             wait_until(through, 10, "the held calls' budget to be given back")
             self.assertEqual(answers[-1].status, 200, answers[-1].body)
-            self.assertEqual(upstream.count("/v1/exports"), 1)
+            self.assertEqual(upstream.count("/v1/exports"), 2)
+            wait_until(lambda: self.metric(proxy, "idemgate_guarded_budget_bytes") == 0, 10,
+                       "every reservation to be given back")
+
+    def test_many_more_small_calls_at_once_than_whole_answer_buffers_fit(self):
+        with BlobUpstream() as upstream:
+            # Room for one whole 1 MiB answer buffer: 32 calls with small
+            # answers all in flight at once, none refused.
+            proxy = self.start(upstream, TIGHT)
+            run = new_run()
+            release = self.hold(proxy, upstream, run, [{"n": i} for i in range(32)])
+            answers = release()
+            for i, answer in enumerate(answers):
+                self.assertEqual(answer.status, 200, "call %d: %s" % (i, answer.body))
+                self.assertEqual(answer.json(), {"id": "slow"})
+            self.assertEqual(upstream.count("/v1/slow"), 32)
+
+    def test_a_large_answer_the_budget_cannot_buffer_streams_whole_and_is_stored_truncated(self):
+        with BlobUpstream() as upstream:
+            proxy = self.start_with_admin(upstream, TIGHT)
+            run = new_run()
+            # 12 held calls take ~917 KB of the 1088 KiB: the large answers
+            # below are sent, then find no room for a 1 MiB buffer.
+            release = self.hold(proxy, upstream, run, [{"n": i, "pad": PAD} for i in range(12)])
+            for chunked in ("", "&chunked=1"):
+                seed = "pressed" + chunked
+                url = upstream.url("/v1/exports?n=%d%s" % (ANSWER, chunked))
+                status, headers, total, digest = fetch(proxy, url, seed, run)
+                self.assertEqual(status, 200, headers)
+                self.assertEqual(total, ANSWER)
+                self.assertEqual(digest, hashlib.sha256(blob(seed, ANSWER)).hexdigest())
+                self.assertEqual(headers.get("idemgate-decision"), "forwarded")
+                # The stored copy is what the budget let the buffer hold:
+                # less than ledger.response_cap, which a cut at
+                # limits.guarded_answer would have stored.
+                status, headers, stored, digest = fetch(proxy, url, seed, run)
+                self.assertEqual(status, 200)
+                self.assertEqual(headers.get("idemgate-decision"), "replayed")
+                self.assertEqual(headers.get("idemgate-replay-truncated"), "true")
+                self.assertGreaterEqual(stored, SLICE)
+                self.assertLess(stored, RESPONSE_CAP)
+                self.assertEqual(digest, hashlib.sha256(blob(seed, ANSWER)[:stored]).hexdigest())
+            self.assertEqual(upstream.count("/v1/exports"), 2, "a large answer's request was sent again")
+            self.assertEqual(self.metric(proxy, "idemgate_guarded_answers_cut_by_budget_total"), 2)
+
+            def cut():
+                return [line for line in proxy.log_lines()
+                        if line.get("event") == "decision" and line.get("answer_cut") == "limits.guarded_budget"]
+            wait_until(lambda: len(cut()) >= 2, 10, "the decision lines of the cut answers")
+            self.assertEqual(len(cut()), 2, cut())
+            for answer in release():
+                self.assertEqual(answer.status, 200, answer.body)
 
 
 class SqliteMemory(MemoryCases, unittest.TestCase):
