@@ -10,13 +10,16 @@ namespace idemgate::ledger {
 
 namespace {
 
+// A row of (run_id, state, calls, budget, reason).
+Run read_run(const PgRow& r) {
+  return Run{r.text(0), parse_run_state(r.text(1)).value_or(RunState::killed), r.int64(2), r.int64(3), r.text(4)};
+}
+
 std::optional<Run> load_run(pqxx::transaction_base& w, const std::string& run) {
   auto rows = w.exec("SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = " +
                      q(w, run));
   if (rows.empty()) return std::nullopt;
-  PgRow r(rows[0]);
-  return Run{r.text(0), parse_run_state(r.text(1)).value_or(RunState::killed), r.int64(2),
-             r.int64(3), r.text(4)};
+  return read_run(PgRow(rows[0]));
 }
 
 }  // namespace
@@ -67,9 +70,9 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
     w.exec_prepared("runs_create", id_list, limits.str());
     std::map<std::string, Run> runs;
     for (const auto& row : w.exec_prepared("runs_lock", id_list)) {
-      PgRow r(row);
-      runs[r.text(0)] = Run{r.text(0), parse_run_state(r.text(1)).value_or(RunState::killed), r.int64(2),
-                            r.int64(3), r.text(4)};
+      auto run = read_run(PgRow(row));
+      auto id = run.id;
+      runs[id] = std::move(run);
     }
     std::map<std::string, std::int64_t> added;
     std::vector<Result<RunCharge>> done;
