@@ -414,11 +414,15 @@ Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::s
   });
 }
 
+// "unknown_since IS NOT NULL" (implied by the state) is the predicate of the
+// unknown indexes (intents_unknown, intents_lookup_due), named so that the
+// planner uses them.
 Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
   return transact([&](pqxx::transaction_base& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents(
-             "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
+             "state = 'unknown' AND unknown_since IS NOT NULL AND "
+             "unknown_since + unknown_ttl_ms * interval '1 millisecond' "
              "<= now() ORDER BY unknown_since LIMIT " + std::to_string(limit))))
       out.push_back(read_intent(PgRow(row)));
     return out;
@@ -429,7 +433,8 @@ Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
   return transact([&](pqxx::transaction_base& w) {
     std::vector<Intent> out;
     for (const auto& row : w.exec(select_intents(
-             "state = 'unknown' AND unknown_since + unknown_ttl_ms * interval '1 millisecond' "
+             "state = 'unknown' AND unknown_since IS NOT NULL AND "
+             "unknown_since + unknown_ttl_ms * interval '1 millisecond' "
              "<= now() AND NOT EXISTS (SELECT 1 FROM escalations e WHERE e.intent_id = intents.id "
              "AND e.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
              "ORDER BY unknown_since LIMIT " + std::to_string(limit))))
@@ -448,7 +453,8 @@ Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> du
     // SKIP LOCKED: two replicas' sweepers claim different intents, never one twice.
     std::vector<Intent> out;
     for (const auto& row : w.exec("UPDATE intents SET looked_up_at = now() WHERE id IN (SELECT id FROM intents "
-                                  "WHERE state = 'unknown' AND looked_up_at IS NULL AND (" + which +
+                                  "WHERE state = 'unknown' AND unknown_since IS NOT NULL AND looked_up_at IS NULL "
+                                  "AND (" + which +
                                   ") ORDER BY unknown_since LIMIT " + std::to_string(limit) +
                                   " FOR UPDATE SKIP LOCKED) RETURNING " + std::string(intent_columns)))
       out.push_back(read_intent(PgRow(row)));
@@ -513,11 +519,15 @@ std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
   return Result<Admission>(std::move(admission));
 }
 
+// What is in flight is found through its attempts (attempts_lease): an
+// intent is dispatched exactly while its current attempt is. The intents
+// are updated first, in the order outcomes lock them.
 Result<int> PgStore::recover_expired() {
   return transact([&](pqxx::transaction_base& w) {
     auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
                           "unknown_since = coalesce(unknown_since, now()), updated_at = now(), "
-                          "lease_until = NULL WHERE state = 'dispatched' AND lease_until < now()")
+                          "lease_until = NULL WHERE id IN (SELECT intent_id FROM attempts WHERE state = 'dispatched' "
+                          "AND lease_until < now()) AND state = 'dispatched' AND lease_until < now()")
                        .affected_rows();
     w.exec("UPDATE attempts SET state = 'unknown', recovered = true, finished_at = now() "
            "WHERE state = 'dispatched' AND lease_until < now()");

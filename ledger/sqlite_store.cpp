@@ -683,12 +683,16 @@ Result<Signals> SqliteStore::read_signals(TimePoint since) {
   });
 }
 
+// What is in flight is found through its attempts (attempts_lease): an
+// intent is dispatched exactly while its current attempt is.
 Result<int> SqliteStore::recover_expired() {
   return transact(Lock::write, [&] {
     auto now = now_epoch_ms();
     int intents = Statement(db_, "UPDATE intents SET state = 'unknown', recovered = 1, "
                                  "unknown_since = coalesce(unknown_since, ?1), updated_at = ?1, "
-                                 "lease_until = NULL WHERE state = 'dispatched' AND lease_until < ?1")
+                                 "lease_until = NULL WHERE id IN (SELECT intent_id FROM attempts WHERE "
+                                 "state = 'dispatched' AND lease_until < ?1) AND state = 'dispatched' "
+                                 "AND lease_until < ?1")
                       .bind(1, now)
                       .run();
     Statement(db_, "UPDATE attempts SET state = 'unknown', recovered = 1, finished_at = ?1 "

@@ -6,6 +6,8 @@
 #include "ledger/migrations.hpp"
 #include "ledger/open_store.hpp"
 
+#include <chrono>
+
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
 
@@ -51,29 +53,65 @@ TEST_CASE("unit: an unknown ledger URL is refused") {
   CHECK(migrate(config).error() == errc::invalid_argument);
 }
 
-// Every reservation and every outcome writes an entry into each index of
-// intents: the set is what the queries need and no more (no index on every
-// intent's state; the unknown ones by unknown_since). On PostgreSQL its
-// pages keep room for the outcome's new version of a row.
+// Every reservation writes an entry into each index of intents and
+// attempts: the set is what the queries need and no more (no index on every
+// intent's state; the unknown ones by unknown_since; what is in flight by
+// its attempt's lease). On PostgreSQL its pages keep room for the outcome's
+// new version of a row.
 LEDGER_CONFORMANCE(intent_indexes, "intents carry only the indexes their queries use") {
   REQUIRE(migrate(backend.config).has_value());
-  auto const listed = backend.name() == "sqlite"
-                          ? backend.query("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
-                                          "WHERE type = 'index' AND tbl_name = 'intents' AND sql IS NOT NULL "
-                                          "ORDER BY name)")
-                          : backend.query("SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes "
-                                          "WHERE tablename = 'intents' AND indexname <> 'intents_pkey'");
-  CHECK(listed == "intents_key,intents_lease,intents_live_fingerprint,intents_lookup_due,intents_run,intents_unknown\n");
+  auto const listed = [&](const std::string& table) {
+    return backend.name() == "sqlite"
+               ? backend.query("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
+                               "WHERE type = 'index' AND tbl_name = '" + table + "' AND sql IS NOT NULL "
+                               "ORDER BY name)")
+               : backend.query("SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes "
+                               "WHERE tablename = '" + table + "' AND indexname <> '" + table + "_pkey'");
+  };
+  CHECK(listed("intents") == "intents_key,intents_live_fingerprint,intents_lookup_due,intents_run,intents_unknown\n");
+  CHECK(listed("attempts") == "attempts_lease\n");
   // PostgreSQL leaves room in each page for the row's outcome version.
   if (backend.name() != "sqlite")
     CHECK(backend.query("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'intents'") ==
-          "fillfactor=70\n");
+          "fillfactor=40\n");
 }
 
-// A ledger at version 4 with intents in it (one unknown past its TTL)
-// migrates to 5: the rows stay, and the unknown one is still found by the
-// queries that now use the new index.
-LEDGER_CONFORMANCE(upgrade_4_to_5, "a version 4 ledger with intents in it migrates to version 5") {
+// PostgreSQL rewrites a row in place (HOT: no index entry written) only when
+// no indexed column changed, predicates included. An outcome changes the
+// intent's state and clears its lease: neither may be in an index of
+// intents, or each outcome writes an entry into every one of them.
+TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" * doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  {
+    auto stores = open_stores(backend->config);
+    REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+    auto& store = *stores->front();
+    for (const std::string fp : {"fp-1", "fp-2", "fp-3"}) {
+      auto request = reserve_request(fp, "key-" + fp);
+      request.start = ReserveRequest::Start{Millis(60000), "replica-a"};
+      auto r = store.reserve_intents({&request, 1}).front();
+      REQUIRE_MESSAGE(r.has_value(), r.error().message());
+      REQUIRE(r->started);
+      REQUIRE(store.record_outcome(completed(r->intent.id, 1)).has_value());
+    }
+  }  // the store's session ends: its statistics reach the shared counters
+  std::string counted;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    counted = backend->query("SELECT n_tup_upd || ',' || n_tup_hot_upd FROM pg_stat_user_tables "
+                             "WHERE relname = 'intents'");
+    if (counted != "0,0\n") break;
+  }
+  CHECK(counted == "3,3\n");
+}
+
+// A ledger at version 4 with intents in it (one unknown past its TTL, one
+// in flight past its lease) migrates to the latest version: the rows stay,
+// the unknown one is still found by the queries that now use the new
+// indexes (5, 6), and the expired one is recovered through its attempt (6).
+LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrates to the latest version") {
   bool const sqlite = backend.name() == "sqlite";
   backend.query(sqlite ? "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
                          "applied_at INTEGER NOT NULL DEFAULT 0)"
@@ -85,7 +123,7 @@ LEDGER_CONFORMANCE(upgrade_4_to_5, "a version 4 ledger with intents in it migrat
     backend.query("INSERT INTO schema_version (version, name) VALUES (" + std::to_string(m.version) + ", '" +
                   std::string(m.name) + "')");
   }
-  std::int64_t unknown_id = 0, done_id = 0;
+  std::int64_t unknown_id = 0, done_id = 0, expired_id = 0;
   {
     auto stores = open_stores(backend.config);
     REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
@@ -108,11 +146,16 @@ LEDGER_CONFORMANCE(upgrade_4_to_5, "a version 4 ledger with intents in it migrat
     unknown.retry_after = Millis(0);
     REQUIRE(store.record_outcome(unknown).has_value());
     REQUIRE(store.record_outcome(completed(done_id, 1)).has_value());
+    auto in_flight = reserve_request("fp-expired", "key-fp-expired");
+    auto r = store.reserve_intents({&in_flight, 1}).front();
+    REQUIRE(r.has_value());
+    expired_id = r->intent.id;
+    REQUIRE(store.begin_attempt(attempt_now(store, expired_id, 3, Millis(1)), "replica-a").has_value());
   }
   auto migrated = migrate(backend.config);
   REQUIRE_MESSAGE(migrated.has_value(), migrated.error().message());
-  CHECK(*migrated == 5);
-  CHECK(backend.query("SELECT count(*) FROM intents") == "2\n");
+  CHECK(*migrated == latest_version(sqlite ? sqlite_migrations() : postgresql_migrations()));
+  CHECK(backend.query("SELECT count(*) FROM intents") == "3\n");
   CHECK(backend.query("SELECT count(*) FROM dash_unknown_past_ttl") == "1\n");
   auto stores = open_stores(backend.config);
   REQUIRE(stores.has_value());
@@ -123,4 +166,16 @@ LEDGER_CONFORMANCE(upgrade_4_to_5, "a version 4 ledger with intents in it migrat
   REQUIRE(unescalated.has_value());
   REQUIRE(unescalated->size() == 1);
   CHECK(unescalated->front().id == unknown_id);
+  // Its 1 ms lease has passed by now, or within the deadline.
+  int recovered = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       recovered == 0 && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(5))) {
+    auto n = store.recover_expired();
+    REQUIRE_MESSAGE(n.has_value(), n.error().message());
+    recovered = *n;
+  }
+  CHECK(recovered == 1);
+  CHECK(store.find_intent(expired_id)->state == IntentState::unknown);
+  CHECK(backend.query("SELECT state FROM attempts WHERE intent_id = " + std::to_string(expired_id)) == "unknown\n");
 }

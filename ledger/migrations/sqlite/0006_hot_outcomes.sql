@@ -1,0 +1,12 @@
+-- idemgate ledger, SQLite, version 6: what is in flight is found through
+-- its attempt, not its intent.
+--
+-- An intent is dispatched exactly while its current attempt is (both are
+-- written by one transaction), with the same lease. Every outcome changes an
+-- intent's state and clears its lease, so intents_lease was rewritten by
+-- every outcome; attempts_lease, on the narrow attempts rows, replaces it and
+-- attempts_in_flight (which no query used but as the set of dispatched
+-- attempts). The same change on PostgreSQL lets an outcome be a HOT update.
+CREATE INDEX attempts_lease ON attempts (lease_until) WHERE state = 'dispatched';
+DROP INDEX IF EXISTS attempts_in_flight;
+DROP INDEX IF EXISTS intents_lease;
