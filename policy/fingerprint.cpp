@@ -1,6 +1,7 @@
 // Canonical forms of requests and bodies, hashed with HMAC-SHA256.
 #include "policy/fingerprint.hpp"
 
+#include "policy/hmac.hpp"
 #include "policy/json_parse.hpp"
 #include "policy/json_pointer.hpp"
 #include "policy/mcp.hpp"
@@ -9,8 +10,6 @@
 #include "policy/percent.hpp"
 
 #include <boost/json/serialize.hpp>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,24 +24,6 @@ void append_field(std::string& out, std::string_view field) {
   out += ':';
   out += field;
   out += '\n';
-}
-
-std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  static constexpr unsigned char no_key = 0;
-  const auto* key_bytes = key.empty() ? &no_key : reinterpret_cast<const unsigned char*>(key.data());
-  if (!HMAC(EVP_sha256(), key_bytes, static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-            data.size(), digest, &length))
-    return {};
-  static constexpr char hex_digits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(length * 2);
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += hex_digits[digest[i] >> 4];
-    hex += hex_digits[digest[i] & 0xf];
-  }
-  return hex;
 }
 
 std::string lowercase(std::string_view text) {

@@ -6,27 +6,10 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <fstream>
 
 namespace idemgate::proxy {
-
-std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), out, &len);
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(len * 2);
-  for (unsigned i = 0; i < len; ++i) {
-    hex += digits[out[i] >> 4];
-    hex += digits[out[i] & 15];
-  }
-  return hex;
-}
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
   // Hashing under a fixed key makes both sides 64 bytes long.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "policy/hmac.hpp"
 
 #include <optional>
 #include <string>
@@ -13,7 +14,7 @@
 
 namespace idemgate::proxy {
 
-std::string hmac_sha256_hex(std::string_view key, std::string_view data);
+using policy::hmac_sha256_hex;
 // Constant time in the contents (both sides are hashed first, so the
 // lengths leak nothing either).
 bool constant_time_equal(std::string_view a, std::string_view b);

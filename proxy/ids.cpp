@@ -1,10 +1,12 @@
 // Identifiers and encodings (see ids.hpp).
 #include "proxy/ids.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <array>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -13,10 +15,29 @@ namespace idemgate::proxy {
 namespace {
 constexpr char kHex[] = "0123456789abcdef";
 
-void fill_random(unsigned char* p, std::size_t n) {
+void draw(unsigned char* p, std::size_t n) {
   // RAND_bytes only fails when the CSPRNG cannot be seeded; a key from a weak
   // source would be worse than no request at all.
   if (RAND_bytes(p, static_cast<int>(n)) != 1) throw std::runtime_error("CSPRNG unavailable");
+}
+
+// Every guarded write mints a key and every request a trace id: each
+// RAND_bytes call costs a DRBG round (locks, a cipher set-up) whatever the
+// size, so a thread draws 512 bytes at a time and hands them out once each,
+// wiping what it handed out. (idemgate never forks, which would copy the
+// pool into the child.)
+void fill_random(unsigned char* p, std::size_t n) {
+  thread_local std::array<unsigned char, 512> pool;
+  thread_local std::size_t left = 0;
+  if (n > pool.size()) return draw(p, n);
+  if (left < n) {
+    draw(pool.data(), pool.size());
+    left = pool.size();
+  }
+  unsigned char* from = pool.data() + (pool.size() - left);
+  std::memcpy(p, from, n);
+  OPENSSL_cleanse(from, n);
+  left -= n;
 }
 }  // namespace
 
