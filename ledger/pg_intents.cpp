@@ -331,6 +331,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         note.text("settled by reconciliation: " + o.answer_class);
       }
       auto const ids = id.str();
+      join_by_index(w);
       // The rows locked in id order first: an UPDATE ... FROM locks them in
       // whatever order its plan visits them.
       if (round.size() > 1) w.exec_prepared("intents_lock", ids);

@@ -52,7 +52,9 @@ std::string admit_alone_sql() {
 // compare-and-set, their attempts and their escalations (data-modifying
 // CTEs, one snapshot), the intents as they are now read back from it. The
 // parameters are columns (ArrayParam), $15 the states an outcome may settle
-// from, comma-separated.
+// from, comma-separated. The intents' update returns what the attempts and
+// escalations need of each outcome, so that those are joined to it alone,
+// by index (join_by_index: no join of the round with itself).
 std::string record_outcomes_sql() {
   return "WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], "
          "$6::int[], $7::text[], $8::boolean[], $9::int[], $10::text[], $11::bytea[], $12::boolean[], $13::int[], "
@@ -71,13 +73,14 @@ std::string record_outcomes_sql() {
          "response_truncated = CASE WHEN v.o_has_response THEN v.o_response_truncated "
          "ELSE intents.response_truncated END "
          "FROM v WHERE intents.id = v.o_id AND intents.state = ANY (string_to_array(v.o_sources, ',')) "
-         "AND (v.o_attempt = 0 OR intents.attempts = v.o_attempt) RETURNING intents.*), "
-         "a AS (UPDATE attempts SET state = v.o_attempt_state, answer_class = v.o_class, status = v.o_status, "
-         "receipt = v.o_receipt, finished_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_attempt > 0 "
-         "AND attempts.intent_id = u.id AND attempts.number = v.o_attempt "
+         "AND (v.o_attempt = 0 OR intents.attempts = v.o_attempt) RETURNING intents.*, v.o_attempt, "
+         "v.o_attempt_state, v.o_class, v.o_status, v.o_receipt, v.o_state, v.o_note), "
+         "a AS (UPDATE attempts SET state = u.o_attempt_state, answer_class = u.o_class, status = u.o_status, "
+         "receipt = u.o_receipt, finished_at = now() FROM u WHERE u.o_attempt > 0 "
+         "AND attempts.intent_id = u.id AND attempts.number = u.o_attempt "
          "AND attempts.state IN ('dispatched', 'unknown')), "
-         "e AS (UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = v.o_receipt, "
-         "note = v.o_note, resolved_at = now() FROM u JOIN v ON v.o_id = u.id WHERE v.o_state <> 'unknown' "
+         "e AS (UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = u.o_receipt, "
+         "note = u.o_note, resolved_at = now() FROM u WHERE u.o_state <> 'unknown' "
          "AND escalations.intent_id = u.id AND escalations.state = 'open' "
          "AND escalations.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
          "SELECT " + std::string(intent_columns) + " FROM u";

@@ -76,37 +76,6 @@ LEDGER_CONFORMANCE(intent_indexes, "intents carry only the indexes their queries
           "fillfactor=40\n");
 }
 
-// PostgreSQL rewrites a row in place (HOT: no index entry written) only when
-// no indexed column changed, predicates included. An outcome changes the
-// intent's state and clears its lease: neither may be in an index of
-// intents, or each outcome writes an entry into every one of them.
-TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" * doctest::test_suite("db")) {
-  auto backend = idemgate::ledger::test::postgresql_backend();
-  REQUIRE(migrate(backend->config).has_value());
-  {
-    auto stores = open_stores(backend->config);
-    REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
-    auto& store = *stores->front();
-    for (const std::string fp : {"fp-1", "fp-2", "fp-3"}) {
-      auto request = reserve_request(fp, "key-" + fp);
-      request.start = ReserveRequest::Start{Millis(60000), "replica-a"};
-      auto r = store.reserve_intents({&request, 1}).front();
-      REQUIRE_MESSAGE(r.has_value(), r.error().message());
-      REQUIRE(r->started);
-      REQUIRE(store.record_outcome(completed(r->intent.id, 1)).has_value());
-    }
-  }  // the store's session ends: its statistics reach the shared counters
-  std::string counted;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-       std::chrono::steady_clock::now() < deadline;
-       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
-    counted = backend->query("SELECT n_tup_upd || ',' || n_tup_hot_upd FROM pg_stat_user_tables "
-                             "WHERE relname = 'intents'");
-    if (counted != "0,0\n") break;
-  }
-  CHECK(counted == "3,3\n");
-}
-
 // A ledger at version 4 with intents in it (one unknown past its TTL, one
 // in flight past its lease) migrates to the latest version: the rows stay,
 // the unknown one is still found by the queries that now use the new

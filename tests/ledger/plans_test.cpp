@@ -1,0 +1,109 @@
+// How PostgreSQL executes the write path's statements, checked through the
+// server's own statistics (pg_stat_user_tables) after the store's session
+// has ended and flushed them: an outcome is a HOT update, and no statement
+// of the write path scans a whole table, however small the ledger was when
+// its plan was made.
+#include "backend.hpp"
+
+#include "ledger/migrations.hpp"
+#include "ledger/open_store.hpp"
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+using namespace idemgate::ledger;
+using namespace idemgate::ledger::test;
+
+namespace {
+
+// Polls `sql` until it answers something other than `before`, or 10 s pass.
+std::string changed_from(Backend& backend, const std::string& sql, const std::string& before) {
+  std::string now;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    now = backend.query(sql);
+    if (now != before) break;
+  }
+  return now;
+}
+
+// Polls `sql` until it answers `want`, or 10 s pass; the last answer.
+std::string reaches(Backend& backend, const std::string& sql, const std::string& want) {
+  std::string now;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    now = backend.query(sql);
+    if (now == want) break;
+  }
+  return now;
+}
+
+}  // namespace
+
+// PostgreSQL rewrites a row in place (HOT: no index entry written) only when
+// no indexed column changed, predicates included. An outcome changes the
+// intent's state and clears its lease: neither may be in an index of
+// intents, or each outcome writes an entry into every one of them.
+TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" * doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  {
+    auto stores = open_stores(backend->config);
+    REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+    auto& store = *stores->front();
+    for (const std::string fp : {"fp-1", "fp-2", "fp-3"}) {
+      auto request = reserve_request(fp, "key-" + fp);
+      request.start = ReserveRequest::Start{Millis(60000), "replica-a"};
+      auto r = store.reserve_intents({&request, 1}).front();
+      REQUIRE_MESSAGE(r.has_value(), r.error().message());
+      REQUIRE(r->started);
+      REQUIRE(store.record_outcome(completed(r->intent.id, 1)).has_value());
+    }
+  }  // the store's session ends: its statistics reach the shared counters
+  CHECK(reaches(*backend, "SELECT n_tup_upd || ',' || n_tup_hot_upd FROM pg_stat_user_tables "
+                          "WHERE relname = 'intents'", "3,3\n") == "3,3\n");
+}
+
+
+// A prepared statement's generic plan is made at its sixth execution, from
+// the table as it is then: on a ledger that started empty it was a hash join
+// over a sequential scan of intents, kept for every later outcome until
+// autovacuum analysed the table (join_by_index).
+TEST_CASE("postgresql: outcomes find their intents by index on a ledger that started empty" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  // The migration's own scans reach the counters (its session has ended),
+  // then they start again from zero.
+  auto const scans = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'intents'";
+  REQUIRE(changed_from(*backend, scans, "0\n") != "0\n");
+  backend->query("SELECT pg_stat_reset()");
+  REQUIRE(reaches(*backend, scans, "0\n") == "0\n");
+  int outcomes = 0;
+  {
+    auto stores = open_stores(backend->config);
+    REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+    auto& store = *stores->front();
+    for (int round = 0; round < 12; ++round) {
+      // One alone, then three at once: both forms, past their sixth execution.
+      std::vector<Outcome> batch;
+      for (int i = 0; i < 4; ++i) {
+        auto fp = "fp-" + std::to_string(round) + "-" + std::to_string(i);
+        auto request = reserve_request(fp, "key-" + fp);
+        request.start = ReserveRequest::Start{Millis(60000), "replica-a"};
+        auto r = store.reserve_intents({&request, 1}).front();
+        REQUIRE_MESSAGE(r.has_value(), r.error().message());
+        batch.push_back(completed(r->intent.id, 1));
+      }
+      REQUIRE(store.record_outcome(batch.front()).has_value());
+      std::vector<Outcome> rest(batch.begin() + 1, batch.end());
+      for (auto& settled : store.record_outcomes(rest)) REQUIRE(settled.has_value());
+      outcomes += 4;
+    }
+  }
+  auto const updated = std::to_string(outcomes) + "\n";
+  REQUIRE(reaches(*backend, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'intents'", updated) ==
+          updated);
+  CHECK(backend->query(scans) == "0\n");
+}
