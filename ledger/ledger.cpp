@@ -307,6 +307,10 @@ int Ledger::lane_of(const Job& job) const { return lanes_ ? job.lane() : 0; }
 
 bool Ledger::takeable(const Job& job) const { return !locks_rows(job.order) || !writing_[lane_of(job)]; }
 
+bool Ledger::any_takeable() const {
+  return std::any_of(queue_.begin(), queue_.end(), [&](const auto& j) { return takeable(*j); });
+}
+
 std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
   std::vector<std::unique_ptr<Job>> batch;
   auto first = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return takeable(*job); });
@@ -450,12 +454,11 @@ void Ledger::work(Store& store) {
   for (;;) {
     std::vector<std::unique_ptr<Job>> batch;
     bool writer = false;
+    bool more = false;
     int lane = 0;
     {
       std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] {
-        return stopping_ || std::any_of(queue_.begin(), queue_.end(), [&](const auto& j) { return takeable(*j); });
-      });
+      ready_.wait(lock, [&] { return stopping_ || any_takeable(); });
       if (queue_.empty()) return;
       batch = take_batch();
       auto locker = std::find_if(batch.begin(), batch.end(), [](const auto& j) { return locks_rows(j->order); });
@@ -464,15 +467,21 @@ void Ledger::work(Store& store) {
         lane = lane_of(**locker);
         writing_[lane] = true;
       }
+      // What this batch left that can be taken now is another idle
+      // worker's (each worker that takes wakes the next: one wake-up per
+      // batch, not one per worker).
+      more = any_takeable();
     }
+    if (more) ready_.notify_one();
     run_batch(store, batch);
     if (writer) {
       {
         std::lock_guard lock(mutex_);
         writing_[lane] = false;
+        // The calls that queued up meanwhile are the next batch.
+        more = any_takeable();
       }
-      // The calls that queued up meanwhile are the next batch.
-      ready_.notify_all();
+      if (more) ready_.notify_one();
     }
   }
 }

@@ -197,6 +197,7 @@ class Ledger {
   // The next batch this worker may take (empty: none now). Under mutex_.
   std::vector<std::unique_ptr<Job>> take_batch();
   bool takeable(const Job& job) const;
+  bool any_takeable() const;  // mutex_ held
   int lane_of(const Job& job) const;
 
   LedgerOptions options_;
