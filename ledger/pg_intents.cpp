@@ -349,6 +349,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       if (settled.size() < round.size())
         for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
+      joins_as_before(w);
       std::vector<Result<Intent>> done;
       for (auto i : round) {
         auto found = settled.find(outcomes[i].intent_id);

@@ -79,9 +79,17 @@ inline std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count())
 // row these statements touch is named by its key, so the index plan is
 // right at any size; and planned generically once, it is not planned again
 // for every small batch (0.6 ms each).
+// The settings are needed whenever the statement is planned, which may be
+// any execution (a plan is remade after its table is analysed), and must not
+// outlive it: the batch's other calls (a sweeper's anti-join, the views) need
+// hash joins. joins_as_before() ends them.
 inline void join_by_index(pqxx::transaction_base& w) {
   w.exec("SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; "
          "SET LOCAL plan_cache_mode = force_generic_plan");
+}
+inline void joins_as_before(pqxx::transaction_base& w) {
+  w.exec("SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL enable_hashjoin TO DEFAULT; "
+         "SET LOCAL enable_mergejoin TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT");
 }
 
 // Connection failures and server shutdowns drop the connection; the rest

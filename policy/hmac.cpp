@@ -6,6 +6,7 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <memory>
 
 namespace idemgate::policy {
@@ -18,9 +19,19 @@ struct FreeContext {
   void operator()(EVP_MAC_CTX* context) const noexcept { EVP_MAC_CTX_free(context); }
 };
 
+// Fetched once it succeeds (a failed fetch is tried again next time, not
+// kept); freed at exit.
 EVP_MAC* hmac() {
-  static const std::unique_ptr<EVP_MAC, FreeMac> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
-  return mac.get();
+  static std::atomic<EVP_MAC*> kept{nullptr};
+  if (auto* mac = kept.load(std::memory_order_acquire)) return mac;
+  std::unique_ptr<EVP_MAC, FreeMac> fetched(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
+  if (!fetched) return nullptr;
+  EVP_MAC* expected = nullptr;
+  if (kept.compare_exchange_strong(expected, fetched.get(), std::memory_order_acq_rel)) {
+    static const std::unique_ptr<EVP_MAC, FreeMac> owner(fetched.release());
+    return owner.get();
+  }
+  return expected;  // another thread's fetch won; ours is freed
 }
 
 // The context keyed last on this thread.

@@ -15,7 +15,8 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   // Hashing under a fixed key makes both sides 64 bytes long.
   auto const x = hmac_sha256_hex("idemgate compare", a);
   auto const y = hmac_sha256_hex("idemgate compare", b);
-  return CRYPTO_memcmp(x.data(), y.data(), x.size()) == 0;
+  // A failed HMAC is empty: never equal (comparing no bytes would be).
+  return x.size() == 64 && y.size() == 64 && CRYPTO_memcmp(x.data(), y.data(), x.size()) == 0;
 }
 
 AdminAuth AdminAuth::load(const config::Admin& admin, std::string& error) {

@@ -92,7 +92,7 @@ LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrat
     backend.query("INSERT INTO schema_version (version, name) VALUES (" + std::to_string(m.version) + ", '" +
                   std::string(m.name) + "')");
   }
-  std::int64_t unknown_id = 0, done_id = 0, expired_id = 0;
+  std::int64_t unknown_id = 0, done_id = 0, expired_id = 0, orphan_id = 0;
   {
     auto stores = open_stores(backend.config);
     REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
@@ -120,11 +120,22 @@ LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrat
     REQUIRE(r.has_value());
     expired_id = r->intent.id;
     REQUIRE(store.begin_attempt(attempt_now(store, expired_id, 3, Millis(1)), "replica-a").has_value());
+    // Dispatched with a live lease but no attempt in flight: what ledgers from
+    // before leases could hold. Nothing could recover it through attempts.
+    auto orphan = reserve_request("fp-orphan", "key-fp-orphan");
+    auto o = store.reserve_intents({&orphan, 1}).front();
+    REQUIRE(o.has_value());
+    orphan_id = o->intent.id;
+    REQUIRE(store.begin_attempt(attempt_now(store, orphan_id), "replica-a").has_value());
   }
+  backend.query("UPDATE attempts SET state = 'answered' WHERE intent_id = " + std::to_string(orphan_id));
   auto migrated = migrate(backend.config);
   REQUIRE_MESSAGE(migrated.has_value(), migrated.error().message());
   CHECK(*migrated == latest_version(sqlite ? sqlite_migrations() : postgresql_migrations()));
-  CHECK(backend.query("SELECT count(*) FROM intents") == "3\n");
+  CHECK(backend.query("SELECT count(*) FROM intents") == "4\n");
+  // The orphan is unknown now (recovered), with a TTL of its own.
+  CHECK(backend.query("SELECT state || ',' || recovered FROM intents WHERE id = " + std::to_string(orphan_id)) ==
+        (sqlite ? "unknown,1\n" : "unknown,true\n"));
   CHECK(backend.query("SELECT count(*) FROM dash_unknown_past_ttl") == "1\n");
   auto stores = open_stores(backend.config);
   REQUIRE(stores.has_value());
