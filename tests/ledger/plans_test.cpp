@@ -17,26 +17,24 @@ using namespace idemgate::ledger::test;
 
 namespace {
 
-// Polls `sql` until it answers something other than `before`, or 10 s pass.
-std::string changed_from(Backend& backend, const std::string& sql, const std::string& before) {
+// Polls `sql` until its answer satisfies `done`, or 10 s pass; the last answer.
+template <class Done>
+std::string poll_until(Backend& backend, const std::string& sql, Done done) {
   std::string now;
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
        std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
     now = backend.query(sql);
-    if (now != before) break;
+    if (done(now)) break;
   }
   return now;
 }
 
-// Polls `sql` until it answers `want`, or 10 s pass; the last answer.
+std::string changed_from(Backend& backend, const std::string& sql, const std::string& before) {
+  return poll_until(backend, sql, [&](const std::string& now) { return now != before; });
+}
+
 std::string reaches(Backend& backend, const std::string& sql, const std::string& want) {
-  std::string now;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
-    now = backend.query(sql);
-    if (now == want) break;
-  }
-  return now;
+  return poll_until(backend, sql, [&](const std::string& now) { return now == want; });
 }
 
 }  // namespace
