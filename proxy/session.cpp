@@ -88,16 +88,8 @@ private:
     if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
     buffer_.shrink_to_fit();
     idle_ = true;
-    auto const idle = worker_.config().get()->timeouts.idle;
-    asio::steady_timer timer(co_await asio::this_coro::executor, idle);
-    timer.async_wait([this](beast::error_code ec) {
-      if (!ec) {
-        beast::error_code ignored;
-        client_.socket().cancel(ignored);
-      }
-    });
-    auto [ec] = co_await client_.socket().async_wait(tcp::socket::wait_read, use_tuple);
-    timer.cancel();
+    client_.expires_after(worker_.config().get()->timeouts.idle);
+    auto [ec] = co_await client_.tcp().async_wait_readable(use_tuple);
     co_return !ec && !worker_.draining();
   }
 

@@ -2,13 +2,14 @@
 // intercepted agent connection, or a verified upstream). One concrete type, so
 // session, forward, guard and relay need no templates on the stream: the
 // branch is taken per I/O operation. Deadlines stay on the TCP layer
-// (beast::tcp_stream), which bounds the TLS records read and written over it.
+// (TimedSocket), which bounds the TLS records read and written over it.
 #pragma once
+
+#include "proxy/timed_socket.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -19,8 +20,8 @@ namespace idemgate::proxy {
 
 class ProxyStream {
 public:
-  using executor_type = boost::beast::tcp_stream::executor_type;
-  using TlsLayer = boost::asio::ssl::stream<boost::beast::tcp_stream&>;
+  using executor_type = TimedSocket::executor_type;
+  using TlsLayer = boost::asio::ssl::stream<TimedSocket&>;
 
   explicit ProxyStream(boost::asio::any_io_executor ex) : tcp_(std::move(ex)) {}
   explicit ProxyStream(boost::asio::ip::tcp::socket socket) : tcp_(std::move(socket)) {}
@@ -29,7 +30,7 @@ public:
   ProxyStream& operator=(const ProxyStream&) = delete;
 
   executor_type get_executor() noexcept { return tcp_.get_executor(); }
-  boost::beast::tcp_stream& tcp() noexcept { return tcp_; }
+  TimedSocket& tcp() noexcept { return tcp_; }
   boost::asio::ip::tcp::socket& socket() noexcept { return tcp_.socket(); }
 
   bool is_tls() const noexcept { return tls_ != nullptr; }
@@ -71,7 +72,7 @@ public:
   }
 
 private:
-  boost::beast::tcp_stream tcp_;
+  TimedSocket tcp_;
   std::unique_ptr<TlsLayer> tls_;
 };
 

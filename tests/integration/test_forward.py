@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import unittest
 import urllib.request
 
@@ -233,6 +234,39 @@ class DeadlineTest(unittest.TestCase):
             self.assertEqual(status, 504)
             self.assertEqual(headers["content-type"], "application/problem+json")
             self.assertEqual(problem["reason_code"], "upstream_timeout")
+
+    def test_idle_keep_alive_connection_closes_after_timeouts_idle(self):
+        cfg = BASE_CONFIG.replace("idle: 10s", "idle: 1s")
+        self.assertNotEqual(cfg, BASE_CONFIG)
+        with Upstream() as up, Proxy(cfg) as proxy:
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as s:
+                conn = s.makefile("rb")
+                for _ in range(2):  # keep-alive works, and each answer moves the deadline on
+                    s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % up.url("/echo").encode())
+                    status = conn.readline()
+                    self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+                    length = 0
+                    while True:
+                        line = conn.readline()
+                        if line in (b"\r\n", b""):
+                            break
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                    conn.read(length)
+                answered = time.monotonic()
+                self.assertEqual(conn.read(1), b"", "the proxy closes the idle connection")
+                self.assertGreaterEqual(time.monotonic() - answered, 0.9, "not before timeouts.idle")
+
+    def test_request_header_not_finished_within_client_header_is_dropped(self):
+        cfg = BASE_CONFIG.replace("client_header: 5s", "client_header: 300ms")
+        self.assertNotEqual(cfg, BASE_CONFIG)
+        with Upstream() as up, Proxy(cfg) as proxy:
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as s:
+                s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n" % up.url("/echo").encode())  # no end of header
+                started = time.monotonic()
+                self.assertEqual(s.recv(65536), b"", "the proxy drops a header that never ends")
+                self.assertGreaterEqual(time.monotonic() - started, 0.25)
+            self.assertEqual(len(up.requests), 0)
 
     def test_request_log_line(self):
         with Upstream() as up, Proxy(BASE_CONFIG) as proxy:

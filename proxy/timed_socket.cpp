@@ -1,0 +1,62 @@
+#include "proxy/timed_socket.hpp"
+
+namespace idemgate::proxy {
+
+using timed_detail::Clock;
+using timed_detail::State;
+
+TimedSocket::TimedSocket(executor_type ex)
+    : state_(std::make_shared<State>(boost::asio::ip::tcp::socket(std::move(ex)))) {}
+
+TimedSocket::TimedSocket(boost::asio::ip::tcp::socket socket) : state_(std::make_shared<State>(std::move(socket))) {}
+
+TimedSocket::~TimedSocket() { close(); }
+
+void TimedSocket::close() {
+  boost::system::error_code ignored;
+  state_->socket.close(ignored);  // pending operations complete (aborted) and let go of the state
+  state_->timer.cancel();
+}
+
+void TimedSocket::expires_at(Clock::time_point t) {
+  state_->deadline = t;
+  // With nothing pending the next operation arms the timer; a later deadline
+  // waits for the wake-up already set, which then waits again.
+  if (state_->pending != 0 && t < state_->armed) arm(state_, t);
+}
+
+void TimedSocket::begin() {
+  auto& s = *state_;
+  ++s.pending;
+  if (s.deadline == Clock::time_point::max()) return;
+  if (s.deadline <= Clock::now()) {  // past already: fails even with data waiting, as beast's does
+    s.timed_out = true;
+    boost::system::error_code ignored;
+    s.socket.close(ignored);
+    return;
+  }
+  if (s.deadline < s.armed) arm(state_, s.deadline);
+}
+
+void TimedSocket::arm(const std::shared_ptr<State>& state, Clock::time_point at) {
+  state->armed = at;
+  state->timer.expires_at(at);  // an earlier wait completes as aborted, and does nothing
+  state->timer.async_wait([state](boost::system::error_code ec) {
+    if (ec != boost::asio::error::operation_aborted) on_timer(state);
+  });
+}
+
+void TimedSocket::on_timer(const std::shared_ptr<State>& state) {
+  auto& s = *state;
+  s.armed = Clock::time_point::max();
+  if (s.deadline == Clock::time_point::max() || s.pending == 0) return;  // the next operation arms again
+  if (Clock::now() < s.deadline) {
+    arm(state, s.deadline);  // the deadline moved later since the timer was set
+    return;
+  }
+  s.timed_out = true;
+  boost::system::error_code ignored;
+  s.socket.close(ignored);  // every pending operation completes, as a timeout
+}
+
+}  // namespace idemgate::proxy

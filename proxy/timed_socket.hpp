@@ -1,0 +1,163 @@
+// A TCP socket with one deadline for whatever I/O is pending on it, the way
+// beast::tcp_stream has, but cheap to move on every operation.
+//
+// beast::tcp_stream starts its timer when an operation begins and cancels it
+// when the operation ends: two timer-queue updates, a cancelled timer's
+// handler and a clock read per read or write, four or five times a request
+// (a tenth of the network thread on the pass-through path). Here the timer
+// is lazy: setting the deadline stores a time point; the timer is armed only
+// when an operation begins and no earlier wake-up is set; when it fires it
+// compares the deadline as it is then, and waits again if the deadline moved
+// later. A connection whose deadline keeps moving forward costs a clock read
+// per operation and one timer wake-up per timeout period, not two timer-queue
+// updates and a handler per operation.
+//
+// Semantics, as beast::tcp_stream: once the deadline passes while an
+// operation is pending (or before one begins), the socket is closed and
+// every pending operation completes with beast::error::timeout. The stream
+// is dead afterwards: later operations fail too.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associator.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+namespace idemgate::proxy {
+
+namespace timed_detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Shared by the socket, its timer's handler and each pending operation's
+// handler, so that whichever ends last frees it.
+struct State {
+  explicit State(boost::asio::ip::tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+
+  boost::asio::ip::tcp::socket socket;
+  boost::asio::steady_timer timer;
+  Clock::time_point deadline = Clock::time_point::max();
+  Clock::time_point armed = Clock::time_point::max();  // the timer's expiry while it waits
+  std::size_t pending = 0;                              // operations begun and not completed
+  bool timed_out = false;
+};
+
+// Completes an operation: uncounts it and reports a timeout as such.
+template <class Handler>
+struct Finish {
+  std::shared_ptr<State> state;
+  Handler handler;
+
+  template <class... Args>
+  void operator()(boost::system::error_code ec, Args&&... args) {
+    --state->pending;
+    if (ec && state->timed_out) ec = boost::beast::error::timeout;
+    state.reset();
+    std::move(handler)(ec, std::forward<Args>(args)...);
+  }
+};
+
+}  // namespace timed_detail
+
+class TimedSocket {
+public:
+  using executor_type = boost::asio::any_io_executor;
+  using lowest_layer_type = boost::asio::ip::tcp::socket;  // what asio::ssl::stream asks of its next layer
+
+  explicit TimedSocket(executor_type ex);
+  explicit TimedSocket(boost::asio::ip::tcp::socket socket);
+  ~TimedSocket();
+  TimedSocket(const TimedSocket&) = delete;
+  TimedSocket& operator=(const TimedSocket&) = delete;
+
+  executor_type get_executor() noexcept { return state_->socket.get_executor(); }
+  boost::asio::ip::tcp::socket& socket() noexcept { return state_->socket; }
+  lowest_layer_type& lowest_layer() noexcept { return state_->socket; }
+
+  // The deadline for every operation pending now or begun later.
+  void expires_after(timed_detail::Clock::duration d) { expires_at(timed_detail::Clock::now() + d); }
+  void expires_at(timed_detail::Clock::time_point t);
+  void expires_never() noexcept { state_->deadline = timed_detail::Clock::time_point::max(); }
+  void close();
+
+  template <class MutableBufferSequence, class ReadToken>
+  auto async_read_some(const MutableBufferSequence& buffers, ReadToken&& token) {
+    return boost::asio::async_initiate<ReadToken, void(boost::system::error_code, std::size_t)>(
+        [this](auto handler, const MutableBufferSequence& b) {
+          begin();
+          state_->socket.async_read_some(b, finish(std::move(handler)));
+        },
+        token, buffers);
+  }
+
+  template <class ConstBufferSequence, class WriteToken>
+  auto async_write_some(const ConstBufferSequence& buffers, WriteToken&& token) {
+    return boost::asio::async_initiate<WriteToken, void(boost::system::error_code, std::size_t)>(
+        [this](auto handler, const ConstBufferSequence& b) {
+          begin();
+          state_->socket.async_write_some(b, finish(std::move(handler)));
+        },
+        token, buffers);
+  }
+
+  // Until the socket is readable: an idle keep-alive connection waits with no
+  // buffer at all.
+  template <class WaitToken>
+  auto async_wait_readable(WaitToken&& token) {
+    return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
+        [this](auto handler) {
+          begin();
+          state_->socket.async_wait(boost::asio::ip::tcp::socket::wait_read, finish(std::move(handler)));
+        },
+        token);
+  }
+
+  // Tries each endpoint in turn, all within the one deadline.
+  template <class EndpointSequence, class ConnectToken>
+  auto async_connect(const EndpointSequence& endpoints, ConnectToken&& token) {
+    using Endpoint = boost::asio::ip::tcp::endpoint;
+    return boost::asio::async_initiate<ConnectToken, void(boost::system::error_code, Endpoint)>(
+        [this](auto handler, const EndpointSequence& e) {
+          begin();
+          boost::asio::async_connect(state_->socket, e, finish(std::move(handler)));
+        },
+        token, endpoints);
+  }
+
+private:
+  template <class Handler>
+  timed_detail::Finish<Handler> finish(Handler&& h) {
+    return {state_, std::forward<Handler>(h)};
+  }
+
+  void begin();  // counts an operation; the timer watches the deadline
+  static void arm(const std::shared_ptr<timed_detail::State>& state, timed_detail::Clock::time_point at);
+  static void on_timer(const std::shared_ptr<timed_detail::State>& state);
+
+  std::shared_ptr<timed_detail::State> state_;
+};
+
+}  // namespace idemgate::proxy
+
+// A completion handler keeps the executor, allocator and cancellation slot of
+// the handler it wraps: a coroutine resumes where it would have without it.
+template <template <typename, typename> class Associator, typename Handler, typename DefaultCandidate>
+struct boost::asio::associator<Associator, idemgate::proxy::timed_detail::Finish<Handler>, DefaultCandidate> {
+  using type = typename Associator<Handler, DefaultCandidate>::type;
+
+  static type get(const idemgate::proxy::timed_detail::Finish<Handler>& f) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(f.handler);
+  }
+  static auto get(const idemgate::proxy::timed_detail::Finish<Handler>& f, const DefaultCandidate& c) noexcept
+      -> decltype(Associator<Handler, DefaultCandidate>::get(f.handler, c)) {
+    return Associator<Handler, DefaultCandidate>::get(f.handler, c);
+  }
+};
