@@ -1,9 +1,19 @@
 #include "proxy/timed_socket.hpp"
 
+#include <time.h>
+
 namespace idemgate::proxy {
 
 using timed_detail::Clock;
 using timed_detail::State;
+
+Clock::time_point TimedSocket::coarse_now() noexcept {
+  static_assert(Clock::is_steady);
+  timespec ts{};
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return Clock::now();
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 TimedSocket::TimedSocket(executor_type ex)
     : state_(std::make_shared<State>(boost::asio::ip::tcp::socket(std::move(ex)))) {}
@@ -16,6 +26,7 @@ void TimedSocket::close() {
   boost::system::error_code ignored;
   state_->socket.close(ignored);  // pending operations complete (aborted) and let go of the state
   state_->timer.cancel();
+  state_->armed = Clock::time_point::max();  // a wait that already fired does not arm again (on_timer)
 }
 
 void TimedSocket::expires_at(Clock::time_point t) {
@@ -25,17 +36,18 @@ void TimedSocket::expires_at(Clock::time_point t) {
   if (state_->pending != 0 && t < state_->armed) arm(state_, t);
 }
 
-void TimedSocket::begin() {
+bool TimedSocket::begin() {
   auto& s = *state_;
   ++s.pending;
-  if (s.deadline == Clock::time_point::max()) return;
-  if (s.deadline <= Clock::now()) {  // past already: fails even with data waiting, as beast's does
+  if (s.deadline == Clock::time_point::max()) return true;
+  if (s.deadline <= coarse_now()) {  // past already: fails even with data waiting, as beast's does
     s.timed_out = true;
     boost::system::error_code ignored;
     s.socket.close(ignored);
-    return;
+    return false;
   }
   if (s.deadline < s.armed) arm(state_, s.deadline);
+  return true;
 }
 
 void TimedSocket::arm(const std::shared_ptr<State>& state, Clock::time_point at) {
@@ -49,7 +61,9 @@ void TimedSocket::arm(const std::shared_ptr<State>& state, Clock::time_point at)
 void TimedSocket::on_timer(const std::shared_ptr<State>& state) {
   auto& s = *state;
   s.armed = Clock::time_point::max();
-  if (s.deadline == Clock::time_point::max() || s.pending == 0) return;  // the next operation arms again
+  // Closed (the aborted operations' completions are still queued), no
+  // deadline, or nothing pending: the next operation arms again.
+  if (!s.socket.is_open() || s.deadline == Clock::time_point::max() || s.pending == 0) return;
   if (Clock::now() < s.deadline) {
     arm(state, s.deadline);  // the deadline moved later since the timer was set
     return;

@@ -12,10 +12,13 @@
 // per operation and one timer wake-up per timeout period, not two timer-queue
 // updates and a handler per operation.
 //
-// Semantics, as beast::tcp_stream: once the deadline passes while an
-// operation is pending (or before one begins), the socket is closed and
-// every pending operation completes with beast::error::timeout. The stream
-// is dead afterwards: later operations fail too.
+// Once the deadline passes while an operation is pending (or before one
+// begins), the socket is closed and every pending operation completes with
+// beast::error::timeout, as with beast::tcp_stream. The stream is dead
+// afterwards: later operations fail too. Unlike beast::tcp_stream, the one
+// deadline covers every operation pending on the socket, including those
+// begun before it was set: a tunnel whose bytes flow one way keeps the read
+// waiting the other way alive.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -23,6 +26,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 
@@ -82,8 +86,9 @@ public:
   boost::asio::ip::tcp::socket& socket() noexcept { return state_->socket; }
   lowest_layer_type& lowest_layer() noexcept { return state_->socket; }
 
-  // The deadline for every operation pending now or begun later.
-  void expires_after(timed_detail::Clock::duration d) { expires_at(timed_detail::Clock::now() + d); }
+  // The deadline for every operation pending now or begun later. Measured
+  // from the coarse clock (see coarse_now): up to a few milliseconds early.
+  void expires_after(timed_detail::Clock::duration d) { expires_at(coarse_now() + d); }
   void expires_at(timed_detail::Clock::time_point t);
   void expires_never() noexcept { state_->deadline = timed_detail::Clock::time_point::max(); }
   void close();
@@ -114,7 +119,7 @@ public:
   auto async_wait_readable(WaitToken&& token) {
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
         [this](auto handler) {
-          begin();
+          begin();  // past the deadline: the socket is closed and the wait fails
           state_->socket.async_wait(boost::asio::ip::tcp::socket::wait_read, finish(std::move(handler)));
         },
         token);
@@ -126,11 +131,23 @@ public:
     using Endpoint = boost::asio::ip::tcp::endpoint;
     return boost::asio::async_initiate<ConnectToken, void(boost::system::error_code, Endpoint)>(
         [this](auto handler, const EndpointSequence& e) {
-          begin();
-          boost::asio::async_connect(state_->socket, e, finish(std::move(handler)));
+          if (begin()) {
+            boost::asio::async_connect(state_->socket, e, finish(std::move(handler)));
+          } else {
+            // A closed socket would only be opened again by the connect.
+            boost::asio::post(get_executor(), [f = finish(std::move(handler))]() mutable {
+              std::move(f)(boost::asio::error::operation_aborted, Endpoint{});
+            });
+          }
         },
         token, endpoints);
   }
+
+  // steady_clock's time as of the last scheduler tick (CLOCK_MONOTONIC_COARSE,
+  // the same clock at jiffy resolution): read twice per request, the precise
+  // clock was 3% of the network thread on this kind of VM, and deadlines are
+  // whole seconds.
+  static timed_detail::Clock::time_point coarse_now() noexcept;
 
 private:
   template <class Handler>
@@ -138,7 +155,9 @@ private:
     return {state_, std::forward<Handler>(h)};
   }
 
-  void begin();  // counts an operation; the timer watches the deadline
+  // Counts an operation and has the timer watch the deadline; false when the
+  // deadline has passed already (the socket is then closed).
+  bool begin();
   static void arm(const std::shared_ptr<timed_detail::State>& state, timed_detail::Clock::time_point at);
   static void on_timer(const std::shared_ptr<timed_detail::State>& state);
 
@@ -150,7 +169,8 @@ private:
 // A completion handler keeps the executor, allocator and cancellation slot of
 // the handler it wraps: a coroutine resumes where it would have without it.
 template <template <typename, typename> class Associator, typename Handler, typename DefaultCandidate>
-struct boost::asio::associator<Associator, idemgate::proxy::timed_detail::Finish<Handler>, DefaultCandidate> {
+struct boost::asio::associator<Associator, idemgate::proxy::timed_detail::Finish<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
   using type = typename Associator<Handler, DefaultCandidate>::type;
 
   static type get(const idemgate::proxy::timed_detail::Finish<Handler>& f) noexcept {

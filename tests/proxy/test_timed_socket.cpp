@@ -203,7 +203,12 @@ TEST_CASE("timed socket: destroyed with a read and its timer pending, it complet
   }
   REQUIRE(r.ec.has_value());
   CHECK(*r.ec == asio::error::operation_aborted);
-  CHECK(ioc.poll() == 0);  // no timer left behind
+  // No timer left behind: with its 30 s wait still pending, run_for would
+  // take all of its 5 s.
+  auto const start = std::chrono::steady_clock::now();
+  ioc.restart();
+  ioc.run_for(5s);
+  CHECK(std::chrono::steady_clock::now() - start < 4s);
 }
 
 TEST_CASE("timed socket: connect to a listening port completes within the deadline") {
@@ -225,4 +230,52 @@ TEST_CASE("timed socket: connect to a listening port completes within the deadli
   }
   CHECK(ec == boost::system::error_code{});
   CHECK(got == acceptor.local_endpoint());
+}
+
+TEST_CASE("timed socket: the coarse clock is steady_clock's, a few milliseconds behind at most") {
+  for (int i = 0; i < 100; ++i) {
+    auto const before = std::chrono::steady_clock::now();
+    auto const coarse = TimedSocket::coarse_now();
+    auto const after = std::chrono::steady_clock::now();
+    CHECK(coarse <= after);
+    CHECK(before - coarse < 50ms);  // a jiffy is 1 to 10 ms; 50 allows for a descheduled thread
+  }
+}
+
+TEST_CASE("timed socket: waiting for readability times out, and a cancel (drain) ends it at once") {
+  Pair p;
+  std::optional<boost::system::error_code> ec;
+  p.ours.expires_after(30ms);
+  p.ours.async_wait_readable([&](boost::system::error_code e) { ec = e; });
+  p.run_until([&] { return ec.has_value(); });
+  CHECK(ec == boost::beast::error::timeout);
+
+  Pair q;
+  ec.reset();
+  q.ours.expires_after(30s);
+  q.ours.async_wait_readable([&](boost::system::error_code e) { ec = e; });
+  q.ours.socket().cancel();
+  q.run_until([&] { return ec.has_value(); });
+  CHECK(ec == asio::error::operation_aborted);
+  CHECK(q.ours.socket().is_open());
+}
+
+TEST_CASE("timed socket: a connect begun after its deadline fails, and does not connect") {
+  asio::io_context ioc;
+  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  TimedSocket ours(ioc.get_executor());
+  std::optional<boost::system::error_code> ec;
+  std::vector<tcp::endpoint> endpoints{acceptor.local_endpoint()};
+  ours.expires_after(1ms);
+  asio::steady_timer later(ioc, 30ms);
+  later.async_wait([&](boost::system::error_code) {
+    ours.async_connect(endpoints, [&](boost::system::error_code e, tcp::endpoint) { ec = e; });
+  });
+  auto const guard = std::chrono::steady_clock::now() + 20s;
+  while (!ec && std::chrono::steady_clock::now() < guard) {
+    ioc.restart();
+    ioc.run_for(10ms);
+  }
+  CHECK(ec == boost::beast::error::timeout);
+  CHECK_FALSE(ours.socket().is_open());
 }
