@@ -9,7 +9,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from admin_common import TOKEN, AdminBackends, AdminProxy, admin_config  # noqa: E402
 from enforce_common import ledger_url  # noqa: E402
-from harness import BIN  # noqa: E402
+from harness import BIN, wait_until  # noqa: E402
 
 CHARGE = {"amount": 1000, "currency": "eur", "customer": "cus_1"}
 PAYOUT = {"amount": 5000, "currency": "eur", "destination": "acct_1"}
@@ -96,7 +96,12 @@ class AdminCases:
         ok = self.call("POST", "/v1/charges", CHARGE)
         self.assertEqual(ok.status, 200)
         key = ok.header("idemgate-key")
-        by_run = self.proxy.admin_json("GET", "/api/intents?run=" + self.run_id)["intents"]
+        # The outcome is recorded right after the answer, off the agent's
+        # path: the ledger says "completed" shortly after, not at once.
+        by_run = wait_until(
+            lambda: [i for i in self.proxy.admin_json("GET", "/api/intents?run=" + self.run_id)["intents"]
+                     if i["state"] != "dispatched"],
+            what="the charge's outcome in the ledger")
         self.assertEqual([(i["tool"], i["state"], i["key"]) for i in by_run], [("pay.charge", "completed", key)])
         by_key = self.proxy.admin_json("GET", "/api/intents?key=" + key)["intents"]
         self.assertEqual([i["id"] for i in by_key], [by_run[0]["id"]])
