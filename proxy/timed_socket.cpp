@@ -41,9 +41,7 @@ bool TimedSocket::begin() {
   ++s.pending;
   if (s.deadline == Clock::time_point::max()) return true;
   if (s.deadline <= coarse_now()) {  // past already: fails even with data waiting, as beast's does
-    s.timed_out = true;
-    boost::system::error_code ignored;
-    s.socket.close(ignored);
+    expire(s);
     return false;
   }
   if (s.deadline < s.armed) arm(state_, s.deadline);
@@ -68,6 +66,10 @@ void TimedSocket::on_timer(const std::shared_ptr<State>& state) {
     arm(state, s.deadline);  // the deadline moved later since the timer was set
     return;
   }
+  expire(s);
+}
+
+void TimedSocket::expire(State& s) {
   s.timed_out = true;
   boost::system::error_code ignored;
   s.socket.close(ignored);  // every pending operation completes, as a timeout

@@ -160,6 +160,7 @@ private:
   bool begin();
   static void arm(const std::shared_ptr<timed_detail::State>& state, timed_detail::Clock::time_point at);
   static void on_timer(const std::shared_ptr<timed_detail::State>& state);
+  static void expire(timed_detail::State& s);  // the deadline passed: closed, and timed out
 
   std::shared_ptr<timed_detail::State> state_;
 };

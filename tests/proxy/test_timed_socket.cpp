@@ -26,6 +26,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Runs `ioc` until `done` or a 20 s guard: a test that hangs fails instead.
+template <class Done>
+void run_until(asio::io_context& ioc, Done done) {
+  auto const guard = std::chrono::steady_clock::now() + 20s;
+  while (!done() && std::chrono::steady_clock::now() < guard) {
+    ioc.restart();  // run_for stops the context when it runs out of work
+    ioc.run_for(10ms);
+  }
+}
+
 // A connected pair on loopback: ours (a TimedSocket) and the peer's socket.
 struct Pair {
   asio::io_context ioc;
@@ -38,14 +48,9 @@ struct Pair {
     acceptor.accept(peer);
   }
 
-  // Runs until `done` or a 20 s guard: a test that hangs fails instead.
   template <class Done>
   void run_until(Done done) {
-    auto const guard = std::chrono::steady_clock::now() + 20s;
-    while (!done() && std::chrono::steady_clock::now() < guard) {
-      ioc.restart();  // run_for stops the context when it runs out of work
-      ioc.run_for(10ms);
-    }
+    ::run_until(ioc, done);
   }
 
   // The peer writes one byte after `after` (the stimulus of the test).
@@ -196,11 +201,7 @@ TEST_CASE("timed socket: destroyed with a read and its timer pending, it complet
     ours.expires_after(30s);
     read_into(ours, buf, r);
   }
-  auto const guard = std::chrono::steady_clock::now() + 20s;
-  while (!r.ec && std::chrono::steady_clock::now() < guard) {
-    ioc.restart();
-    ioc.run_for(10ms);
-  }
+  run_until(ioc, [&] { return r.ec.has_value(); });
   REQUIRE(r.ec.has_value());
   CHECK(*r.ec == asio::error::operation_aborted);
   // No timer left behind: with its 30 s wait still pending, run_for would
@@ -223,11 +224,7 @@ TEST_CASE("timed socket: connect to a listening port completes within the deadli
     ec = e;
     got = ep;
   });
-  auto const guard = std::chrono::steady_clock::now() + 20s;
-  while (!ec && std::chrono::steady_clock::now() < guard) {
-    ioc.restart();
-    ioc.run_for(10ms);
-  }
+  run_until(ioc, [&] { return ec.has_value(); });
   CHECK(ec == boost::system::error_code{});
   CHECK(got == acceptor.local_endpoint());
 }
@@ -271,11 +268,7 @@ TEST_CASE("timed socket: a connect begun after its deadline fails, and does not 
   later.async_wait([&](boost::system::error_code) {
     ours.async_connect(endpoints, [&](boost::system::error_code e, tcp::endpoint) { ec = e; });
   });
-  auto const guard = std::chrono::steady_clock::now() + 20s;
-  while (!ec && std::chrono::steady_clock::now() < guard) {
-    ioc.restart();
-    ioc.run_for(10ms);
-  }
+  run_until(ioc, [&] { return ec.has_value(); });
   CHECK(ec == boost::beast::error::timeout);
   CHECK_FALSE(ours.socket().is_open());
 }
