@@ -28,6 +28,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
+#include <utility>
 
 #include "policy/match.hpp"
 #include "policy/headers.hpp"
@@ -63,6 +65,13 @@ public:
     }
   }
 
+  void release_if_quiet(std::chrono::steady_clock::time_point before) override {
+    if (!buffered_since_ || *buffered_since_ > before) return;
+    release_ = true;  // the read ends as operation_aborted and the wait goes on without the buffer
+    beast::error_code ignored;
+    client_.socket().cancel(ignored);
+  }
+
   asio::awaitable<void> run() {
     for (;;) {
       if (worker_.draining()) break;
@@ -70,6 +79,7 @@ public:
       auto cfg = worker_.config().get();  // one snapshot per request
       bool keep_alive = co_await serve_one(*cfg);
       if (!keep_alive) break;
+      if (served_ < 2) ++served_;
     }
     beast::error_code ignored;
     client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -80,15 +90,36 @@ public:
 private:
   enum class HeaderRead { ok, closed, problem_sent };
 
-  // An idle keep-alive connection holds as little as possible: no buffer,
-  // no parser, no request frame, only this wait for readability (bounded by
-  // timeouts.idle). Thousands of idle agents cost kilobytes each, not pages.
+  // Between requests (bounded by timeouts.idle). A connection in use, one
+  // that has carried two requests already, reads the next one straight into
+  // the buffer it has: no allocation, and no readiness wait to register with
+  // the reactor (an epoll_ctl per request). After a second of quiet the
+  // worker's sweep takes the buffer back, and an idle keep-alive connection
+  // holds as little as possible: no buffer, no parser, no request frame, only
+  // a wait for readability. Thousands of idle agents cost kilobytes each.
   // false: the connection ended (idle timeout, drain, peer gone).
   asio::awaitable<bool> wait_for_request() {
     if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
-    buffer_.shrink_to_fit();
+    auto const cfg = worker_.config().get();
     idle_ = true;
-    client_.expires_after(worker_.config().get()->timeouts.idle);
+    client_.expires_after(cfg->timeouts.idle);
+    std::size_t const room = std::min<std::size_t>(read_room, static_cast<std::size_t>(cfg->limits.header_bytes) + 1);
+    if (served_ >= 2 && buffer_.capacity() <= 2 * read_room) {
+      buffered_since_ = TimedSocket::coarse_now();
+      auto& held = worker_.stats().idle_buffered;
+      held.fetch_add(1, std::memory_order_relaxed);
+      worker_.idle_buffer_held();
+      auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
+      held.fetch_sub(1, std::memory_order_relaxed);
+      buffered_since_.reset();
+      bool const released = std::exchange(release_, false);
+      if (!ec) {
+        buffer_.commit(n);
+        co_return true;  // even when draining: this request had arrived
+      }
+      if (!released || worker_.draining()) co_return false;
+    }
+    buffer_.shrink_to_fit();
     auto [ec] = co_await client_.tcp().async_wait_readable(use_tuple);
     co_return !ec && !worker_.draining();
   }
@@ -169,7 +200,7 @@ private:
         co_return HeaderRead::problem_sent;
       }
       if (waiting_first_byte) client_.expires_after(cfg.timeouts.idle);
-      std::size_t const room = std::min<std::size_t>(4096, header_limit + 1 - buffer_.size());
+      std::size_t const room = std::min<std::size_t>(read_room, header_limit + 1 - buffer_.size());
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
       if (ec) {
         // EOF or a reset between requests is a normal end; a timeout
@@ -459,7 +490,11 @@ private:
   }
 
   ProxyStream client_;
+  static constexpr std::size_t read_room = 4096;  // bytes asked of one header read
   beast::flat_buffer buffer_;
+  unsigned served_ = 0;  // requests this connection carried, counted up to 2
+  std::optional<std::chrono::steady_clock::time_point> buffered_since_;  // an idle wait holding buffer_
+  bool release_ = false;  // the sweep cancelled that wait
   Worker& worker_;
   bool idle_ = true;
   bool body_unread_ = false;

@@ -14,8 +14,33 @@ Worker::Worker(ConfigSource& config, unsigned index, ledger::Ledger* ledger, Rea
       reads_(reads),
       tls_(tls) {}
 
+namespace {
+// How long an idle connection keeps its read buffer: a connection in use
+// reads its next request straight into it (no readiness wait to register
+// with the reactor, no allocation); one quiet for this long waits without.
+constexpr auto idle_buffer_quiet = std::chrono::seconds(1);
+}  // namespace
+
+void Worker::idle_buffer_held() {
+  if (sweep_armed_ || draining_) return;
+  sweep_armed_ = true;
+  sweep_.expires_after(idle_buffer_quiet);
+  sweep_.async_wait([this](boost::system::error_code ec) { sweep(ec); });
+}
+
+void Worker::sweep(boost::system::error_code ec) {
+  sweep_armed_ = false;
+  if (ec || draining_) return;
+  // release_if_quiet() only cancels a read: no session ends inside the loop.
+  auto const before = std::chrono::steady_clock::now() - idle_buffer_quiet;
+  for (auto* s : sessions_) s->release_if_quiet(before);
+  // A wait begun within the last second is still counted: come back for it.
+  if (stats_.idle_buffered.load(std::memory_order_relaxed) != 0) idle_buffer_held();
+}
+
 void Worker::begin_drain() {
   draining_ = true;
+  sweep_.cancel();  // a pending sweep would keep the context's run() from returning
   pool_.clear();
   // close_if_idle() may end a session, which removes it from the set.
   std::vector<Drainable*> snapshot(sessions_.begin(), sessions_.end());

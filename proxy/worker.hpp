@@ -43,6 +43,9 @@ private:
 class Drainable {
 public:
   virtual void close_if_idle() = 0;
+  // The worker's sweep, about once a second: a connection waiting idle with
+  // its read buffer since `before` or earlier gives the buffer back.
+  virtual void release_if_quiet(std::chrono::steady_clock::time_point before) = 0;
 
 protected:
   ~Drainable() = default;
@@ -70,6 +73,8 @@ struct WorkerStats {
   // Guarded answers buffered short of limits.guarded_answer because
   // limits.guarded_budget had no more room (the rest streamed on).
   std::atomic<std::uint64_t> answers_cut_by_budget{0};
+  // Idle client connections waiting with their read buffer (a gauge).
+  std::atomic<std::uint64_t> idle_buffered{0};
   // A guarded exchange with an upstream, from connect to the complete answer.
   ledger::LatencyHistogram upstream_latency;
 };
@@ -99,8 +104,13 @@ public:
   // On this worker's thread: closes idle connections and makes busy ones
   // close after their current request.
   void begin_drain();
+  // A session begins an idle wait that holds its read buffer (counted in
+  // stats().idle_buffered): the sweep runs while any such wait does.
+  void idle_buffer_held();
 
 private:
+  void sweep(boost::system::error_code ec);
+
   // One thread runs this context, and every socket, acceptor and timer on it
   // is used from that thread alone (drain and the acceptor's close are
   // posted to it). So the reactor takes no lock per descriptor per operation
@@ -117,6 +127,8 @@ private:
   DecisionStats decisions_;
   bool draining_ = false;
   std::unordered_set<Drainable*> sessions_;
+  boost::asio::steady_timer sweep_{ioc_};
+  bool sweep_armed_ = false;
 };
 
 }  // namespace idemgate::proxy

@@ -7,12 +7,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
+from admin_common import TOKEN, AdminProxy  # noqa: E402
 from harness import BASE_CONFIG, Proxy, wait_until  # noqa: E402
 from upstream import EchoServer, Upstream  # noqa: E402
 
@@ -41,6 +43,21 @@ def parse_problem(raw):
         k, _, v = line.partition(b":")
         headers[k.strip().lower().decode()] = v.strip().decode()
     return status, headers, json.loads(body) if body else None
+
+
+def get_on(sock, conn, url):
+    """One GET on an open keep-alive connection (conn = sock.makefile("rb")); its status line."""
+    sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % url.encode())
+    status = conn.readline()
+    length = 0
+    while True:
+        line = conn.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    conn.read(length)
+    return status
 
 
 class ForwardTest(unittest.TestCase):
@@ -242,17 +259,7 @@ class DeadlineTest(unittest.TestCase):
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as s:
                 conn = s.makefile("rb")
                 for _ in range(2):  # keep-alive works, and each answer moves the deadline on
-                    s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % up.url("/echo").encode())
-                    status = conn.readline()
-                    self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
-                    length = 0
-                    while True:
-                        line = conn.readline()
-                        if line in (b"\r\n", b""):
-                            break
-                        if line.lower().startswith(b"content-length:"):
-                            length = int(line.split(b":")[1])
-                    conn.read(length)
+                    self.assertTrue(get_on(s, conn, up.url("/echo")).startswith(b"HTTP/1.1 200"))
                 answered = time.monotonic()
                 self.assertEqual(conn.read(1), b"", "the proxy closes the idle connection")
                 self.assertGreaterEqual(time.monotonic() - answered, 0.9, "not before timeouts.idle")
@@ -283,6 +290,53 @@ class DeadlineTest(unittest.TestCase):
             # The path, never the query (it can carry secrets).
             self.assertEqual(line["path"], "/echo")
             self.assertNotIn("s3cret", json.dumps(line))
+
+
+class IdleBufferTest(unittest.TestCase):
+    """A connection that has carried two requests waits for the next one
+    holding its read buffer; after a second of quiet it gives the buffer back
+    (idemgate_connections_idle_buffered) and still serves what comes next."""
+
+    def setUp(self):
+        self.up = Upstream().__enter__()
+        self.addCleanup(self.up.__exit__, None, None, None)
+        directory = tempfile.mkdtemp(prefix="idemgate-idle-")
+        with open(os.path.join(directory, "admin.token"), "w") as f:
+            f.write(TOKEN + "\n")
+        cfg = BASE_CONFIG + "admin:\n  listen: 127.0.0.1:0\n  token_file: %s\n" % os.path.join(directory, "admin.token")
+        self.proxy = AdminProxy(cfg, directory).start()
+        self.addCleanup(self.proxy.stop)
+
+    def buffered(self):
+        text = self.proxy.admin("GET", "/metrics").body.decode()
+        return int([line for line in text.splitlines()
+                    if line.startswith("idemgate_connections_idle_buffered ")][0].split()[1])
+
+    def test_buffer_held_while_in_use_and_given_back_after_quiet(self):
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=20) as s:
+            conn = s.makefile("rb")
+            self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+            self.assertEqual(self.buffered(), 0, "after one request the wait holds no buffer")
+            self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+            held = time.monotonic()
+            wait_until(lambda: self.buffered() == 1, 10, "a connection in use to wait with its buffer")
+            wait_until(lambda: self.buffered() == 0, 10, "the sweep to take the buffer back")
+            self.assertGreaterEqual(time.monotonic() - held, 0.9, "not before a second of quiet")
+            # The wait goes on without the buffer, and the connection still serves.
+            self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+            wait_until(lambda: self.buffered() == 1, 10, "the buffer held again once in use")
+        wait_until(lambda: self.buffered() == 0, 10, "the closed connection to leave the gauge")
+        self.assertEqual(len(self.up.requests), 3)
+
+    def test_drain_closes_a_connection_waiting_with_its_buffer(self):
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=20) as s:
+            conn = s.makefile("rb")
+            for _ in range(2):
+                self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+            wait_until(lambda: self.buffered() == 1, 10, "the wait with its buffer")
+            self.proxy.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(conn.read(1), b"", "drain closes the idle connection")
+            self.assertEqual(self.proxy.proc.wait(20), 0)
 
 
 class DrainTest(unittest.TestCase):
