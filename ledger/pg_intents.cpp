@@ -331,7 +331,8 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         note.text("settled by reconciliation: " + o.answer_class);
       }
       auto const ids = id.str();
-      join_by_index(w);
+      bool const joins_for_batch = batch_ && batch_->outcomes_only;  // set once, by batch()
+      if (!joins_for_batch) join_by_index(w);
       // The rows locked in id order first: an UPDATE ... FROM locks them in
       // whatever order its plan visits them.
       if (round.size() > 1) w.exec_prepared("intents_lock", ids);
@@ -349,7 +350,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       if (settled.size() < round.size())
         for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
-      joins_as_before(w);
+      if (!joins_for_batch) joins_as_before(w);
       std::vector<Result<Intent>> done;
       for (auto i : round) {
         auto found = settled.find(outcomes[i].intent_id);

@@ -163,8 +163,13 @@ error_code PgStore::batch(const std::function<void()>& body, Calls calls, Durabi
   try {
     OpenBatch open(connection_->c, calls);
     // The commit then waits for no WAL flush (the WAL writer flushes it
-    // within a few wal_writer_delay): the disk's wait leaves this lane.
-    if (durability == Durability::deferred) open.w.exec("SET LOCAL synchronous_commit = off");
+    // within a few wal_writer_delay): the disk's wait leaves this lane. Such
+    // a batch holds outcomes recorded after their answers and nothing else:
+    // their statements' join settings come in the same round trip, once.
+    if (durability == Durability::deferred) {
+      open.w.exec(std::string("SET LOCAL synchronous_commit = off; ") + join_by_index_sql);
+      open.outcomes_only = true;
+    }
     batch_ = &open;
     try {
       body();

@@ -82,11 +82,13 @@ inline std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count())
 // The settings are needed whenever the statement is planned, which may be
 // any execution (a plan is remade after its table is analysed), and must not
 // outlive it: the batch's other calls (a sweeper's anti-join, the views) need
-// hash joins. joins_as_before() ends them.
-inline void join_by_index(pqxx::transaction_base& w) {
-  w.exec("SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; "
-         "SET LOCAL plan_cache_mode = force_generic_plan");
-}
+// hash joins. joins_as_before() ends them. A batch of outcomes alone (one
+// that commits without waiting for the disk) holds no such call: it sets
+// them once, with its synchronous_commit, for the whole transaction.
+inline constexpr const char* join_by_index_sql =
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; "
+    "SET LOCAL plan_cache_mode = force_generic_plan";
+inline void join_by_index(pqxx::transaction_base& w) { w.exec(join_by_index_sql); }
 inline void joins_as_before(pqxx::transaction_base& w) {
   w.exec("SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL enable_hashjoin TO DEFAULT; "
          "SET LOCAL enable_mergejoin TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT");
@@ -189,6 +191,7 @@ struct PgStore::OpenBatch {
   OpenBatch(pqxx::connection& c, Calls calls) : w(c), together(calls == Calls::together) {}
   pqxx::work w;
   bool together;     // no savepoints: the first failing call fails the batch
+  bool outcomes_only = false;  // Durability::deferred: join_by_index set for the whole batch
   error_code error;  // set when the transaction itself failed
 };
 

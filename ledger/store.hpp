@@ -47,6 +47,9 @@ class Store {
   // (Outcome::after_answer). Nothing else is weakened: the commit is atomic
   // and visible to every reader when batch() returns, and a later flushed
   // commit makes it durable too (both databases write their log in order).
+  // Such a batch holds record_outcome(s) calls alone: PostgreSQL plans all
+  // of it with the outcomes' index-only join settings (still correct for any
+  // other statement, only planned as the outcomes are).
   enum class Calls { isolated, together };
   enum class Durability { flushed, deferred };
   virtual boost::system::error_code batch(const std::function<void()>& body, Calls calls = Calls::isolated,
