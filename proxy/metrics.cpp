@@ -118,7 +118,7 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
            total(ws, [](WorkerStats& s) -> auto& { return s.connections; }) -
                total(ws, [](WorkerStats& s) -> auto& { return s.connections_closed; }));
   w.single("idemgate_connections_idle_buffered", "gauge",
-           "Idle client connections still holding their read buffer (given back after a second of quiet).",
+           "Idle client connections still holding their read buffer (given back after 1 to 2 s of quiet).",
            total(ws, [](WorkerStats& s) -> auto& { return s.idle_buffered; }));
   w.single("idemgate_requests_total", "counter", "Client requests read.",
            total(ws, [](WorkerStats& s) -> auto& { return s.requests; }));

@@ -29,6 +29,7 @@
 #include <array>
 #include <chrono>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "policy/match.hpp"
@@ -93,36 +94,57 @@ private:
   // Between requests (bounded by timeouts.idle). A connection in use, one
   // that has carried two requests already, reads the next one straight into
   // the buffer it has: no allocation, and no readiness wait to register with
-  // the reactor (an epoll_ctl per request). After a second of quiet the
-  // worker's sweep takes the buffer back, and an idle keep-alive connection
+  // the reactor (an epoll_ctl per request). After one to two seconds of
+  // quiet the worker's sweep takes the buffer back, and an idle connection
   // holds as little as possible: no buffer, no parser, no request frame, only
   // a wait for readability. Thousands of idle agents cost kilobytes each.
   // false: the connection ended (idle timeout, drain, peer gone).
   asio::awaitable<bool> wait_for_request() {
     if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
-    auto const cfg = worker_.config().get();
+    std::size_t room = read_room;
+    {
+      auto const cfg = worker_.config().get();  // not held across the wait
+      client_.expires_after(cfg->timeouts.idle);
+      room = std::min<std::size_t>(room, static_cast<std::size_t>(cfg->limits.header_bytes) + 1);
+    }
     idle_ = true;
-    client_.expires_after(cfg->timeouts.idle);
-    std::size_t const room = std::min<std::size_t>(read_room, static_cast<std::size_t>(cfg->limits.header_bytes) + 1);
-    if (served_ >= 2 && buffer_.capacity() <= 2 * read_room) {
-      buffered_since_ = TimedSocket::coarse_now();
-      auto& held = worker_.stats().idle_buffered;
-      held.fetch_add(1, std::memory_order_relaxed);
-      worker_.idle_buffer_held();
-      auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
-      held.fetch_sub(1, std::memory_order_relaxed);
-      buffered_since_.reset();
+    if (served_ >= 2 && buffer_.capacity() >= room && buffer_.capacity() <= 2 * read_room) {
+      beast::error_code ec;
+      std::size_t n = 0;
+      {
+        BufferedWait const counted(*this);
+        std::tie(ec, n) = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
+      }
       bool const released = std::exchange(release_, false);
+      // Draining, the socket is shut down already (close_if_idle): a request
+      // read now could not be answered.
       if (!ec) {
         buffer_.commit(n);
-        co_return true;  // even when draining: this request had arrived
+        co_return !worker_.draining();
       }
-      if (!released || worker_.draining()) co_return false;
+      if (!released || ec != asio::error::operation_aborted || worker_.draining()) co_return false;
     }
     buffer_.shrink_to_fit();
     auto [ec] = co_await client_.tcp().async_wait_readable(use_tuple);
     co_return !ec && !worker_.draining();
   }
+
+  // A wait that holds buffer_, for as long as it lasts: what the sweep looks
+  // for, and the idemgate_connections_idle_buffered gauge.
+  struct BufferedWait {
+    explicit BufferedWait(Session& s) : s(s) {
+      s.buffered_since_ = TimedSocket::coarse_now();
+      s.worker_.stats().idle_buffered.fetch_add(1, std::memory_order_relaxed);
+      s.worker_.idle_buffer_held();
+    }
+    ~BufferedWait() {
+      s.worker_.stats().idle_buffered.fetch_sub(1, std::memory_order_relaxed);
+      s.buffered_since_.reset();
+    }
+    BufferedWait(const BufferedWait&) = delete;
+    BufferedWait& operator=(const BufferedWait&) = delete;
+    Session& s;
+  };
 
   // Lingering close (as nginx's lingering_close): we answered before reading
   // the whole request body (a 413, a refusal). Closing with unread bytes
@@ -209,6 +231,7 @@ private:
       }
       buffer_.commit(n);
       if (waiting_first_byte) {
+        if (worker_.draining()) co_return HeaderRead::closed;  // shut down by close_if_idle: no answer possible
         waiting_first_byte = false;
         idle_ = false;
         client_.expires_after(cfg.timeouts.client_header);

@@ -10,8 +10,10 @@
 #include "proxy/upstream_pool.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <unordered_set>
@@ -111,6 +113,13 @@ public:
 private:
   void sweep(boost::system::error_code ec);
 
+  // Declared before ioc_, so destroyed after it: destroying the context
+  // destroys the frames of sessions still suspended in it (the threads
+  // stopped when a drain ran out of time), and each session's destructor
+  // leaves sessions_ and counts itself in stats_.
+  WorkerStats stats_;
+  DecisionStats decisions_;
+  std::unordered_set<Drainable*> sessions_;
   // One thread runs this context, and every socket, acceptor and timer on it
   // is used from that thread alone (drain and the acceptor's close are
   // posted to it). So the reactor takes no lock per descriptor per operation
@@ -123,10 +132,7 @@ private:
   ledger::Ledger* ledger_;
   ReadTracker& reads_;
   const TlsServices& tls_;
-  WorkerStats stats_;
-  DecisionStats decisions_;
   bool draining_ = false;
-  std::unordered_set<Drainable*> sessions_;
   boost::asio::steady_timer sweep_{ioc_};
   bool sweep_armed_ = false;
 };

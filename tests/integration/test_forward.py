@@ -3,6 +3,7 @@ urllib) against a real recording upstream."""
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -297,13 +298,15 @@ class IdleBufferTest(unittest.TestCase):
     holding its read buffer; after a second of quiet it gives the buffer back
     (idemgate_connections_idle_buffered) and still serves what comes next."""
 
-    def setUp(self):
+    def start(self, idle="10s"):
         self.up = Upstream().__enter__()
         self.addCleanup(self.up.__exit__, None, None, None)
         directory = tempfile.mkdtemp(prefix="idemgate-idle-")
+        self.addCleanup(shutil.rmtree, directory, True)
         with open(os.path.join(directory, "admin.token"), "w") as f:
             f.write(TOKEN + "\n")
-        cfg = BASE_CONFIG + "admin:\n  listen: 127.0.0.1:0\n  token_file: %s\n" % os.path.join(directory, "admin.token")
+        cfg = BASE_CONFIG.replace("idle: 10s", "idle: " + idle)
+        cfg += "admin:\n  listen: 127.0.0.1:0\n  token_file: %s\n" % os.path.join(directory, "admin.token")
         self.proxy = AdminProxy(cfg, directory).start()
         self.addCleanup(self.proxy.stop)
 
@@ -312,31 +315,54 @@ class IdleBufferTest(unittest.TestCase):
         return int([line for line in text.splitlines()
                     if line.startswith("idemgate_connections_idle_buffered ")][0].split()[1])
 
+    def get(self, s, conn):
+        self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+
     def test_buffer_held_while_in_use_and_given_back_after_quiet(self):
+        self.start()
         with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=20) as s:
             conn = s.makefile("rb")
-            self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+            self.get(s, conn)
             self.assertEqual(self.buffered(), 0, "after one request the wait holds no buffer")
-            self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
-            held = time.monotonic()
+            self.get(s, conn)
             wait_until(lambda: self.buffered() == 1, 10, "a connection in use to wait with its buffer")
+            self.get(s, conn)  # read by that wait, straight into the buffer
+            held = time.monotonic()
+            wait_until(lambda: self.buffered() == 1, 10, "the next wait with its buffer")
             wait_until(lambda: self.buffered() == 0, 10, "the sweep to take the buffer back")
             self.assertGreaterEqual(time.monotonic() - held, 0.9, "not before a second of quiet")
             # The wait goes on without the buffer, and the connection still serves.
-            self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+            self.get(s, conn)
             wait_until(lambda: self.buffered() == 1, 10, "the buffer held again once in use")
         wait_until(lambda: self.buffered() == 0, 10, "the closed connection to leave the gauge")
-        self.assertEqual(len(self.up.requests), 3)
+        self.assertEqual(len(self.up.requests), 4)
+
+    def test_idle_timeout_holds_after_the_buffer_is_given_back(self):
+        self.start(idle="3s")
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=20) as s:
+            conn = s.makefile("rb")
+            self.get(s, conn)
+            self.get(s, conn)
+            answered = time.monotonic()
+            wait_until(lambda: self.buffered() == 1, 10, "the wait with its buffer")
+            wait_until(lambda: self.buffered() == 0, 10, "the sweep to take the buffer back")
+            self.assertEqual(conn.read(1), b"", "the proxy closes the idle connection")
+            self.assertGreaterEqual(time.monotonic() - answered, 2.9, "at timeouts.idle, not before")
 
     def test_drain_closes_a_connection_waiting_with_its_buffer(self):
+        self.start()
         with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=20) as s:
             conn = s.makefile("rb")
             for _ in range(2):
-                self.assertTrue(get_on(s, conn, self.up.url("/echo")).startswith(b"HTTP/1.1 200"))
+                self.get(s, conn)
             wait_until(lambda: self.buffered() == 1, 10, "the wait with its buffer")
             self.proxy.proc.send_signal(signal.SIGTERM)
+            s.settimeout(5)  # well inside timeouts.drain (10s): closed by the drain, not its grace timeout
             self.assertEqual(conn.read(1), b"", "drain closes the idle connection")
             self.assertEqual(self.proxy.proc.wait(20), 0)
+        events = [line["event"] for line in self.proxy.log_lines()]
+        self.assertIn("stopped", events)
+        self.assertNotIn("drain_timeout", events)
 
 
 class DrainTest(unittest.TestCase):
