@@ -297,9 +297,11 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
     rounds[k].push_back(i);
   }
   for (auto& round : rounds) {
-    // record_outcome for the whole round in one statement: the intents'
-    // compare-and-set, their attempts and their escalations (data-modifying
-    // CTEs, one snapshot), the intents as they are now read back from it.
+    // record_outcome for the whole round in one statement (the function
+    // idemgate_record_outcomes): the intents' compare-and-set, their
+    // attempts and their escalations, the intents as they are now read back.
+    // Outside a batch it is its own transaction (no BEGIN and COMMIT round
+    // trips); in a deferred batch its commit does not wait for the disk.
     std::sort(round.begin(), round.end(),
               [&](auto a, auto b) { return outcomes[a].intent_id < outcomes[b].intent_id; });  // the lock order
     auto applied = transact([&](pqxx::transaction_base& w) {
@@ -331,17 +333,12 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         note.text("settled by reconciliation: " + o.answer_class);
       }
       auto const ids = id.str();
-      bool const joins_for_batch = batch_ && batch_->outcomes_only;  // set once, by batch()
-      if (!joins_for_batch) join_by_index(w);
-      // The rows locked in id order first: an UPDATE ... FROM locks them in
-      // whatever order its plan visits them.
-      if (round.size() > 1) w.exec_prepared("intents_lock", ids);
       std::map<std::int64_t, Intent> settled;
       for (const auto& row :
            w.exec_prepared("record_outcomes", ids, state.str(), answer_class.str(), status.str(), retry_ms.str(),
                            waive.str(), receipt.str(), has_response.str(), response_status.str(),
                            response_headers.str(), response_body.str(), response_truncated.str(), attempt.str(),
-                           attempt_state.str(), sources.str(), note.str())) {
+                           attempt_state.str(), sources.str(), note.str(), deferring_)) {
         auto intent = read_intent(PgRow(row));
         settled[intent.id] = std::move(intent);
       }
@@ -350,7 +347,6 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
       if (settled.size() < round.size())
         for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
-      if (!joins_for_batch) joins_as_before(w);
       std::vector<Result<Intent>> done;
       for (auto i : round) {
         auto found = settled.find(outcomes[i].intent_id);
@@ -365,7 +361,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         done.emplace_back(error_code(why));
       }
       return done;
-    });
+    }, Commit::one_statement);
     if (applied) {
       for (std::size_t k = 0; k < round.size(); ++k) results[round[k]] = std::move((*applied)[k]);
     } else if (round.size() > 1 && (!batch_ || !batch_->error) && applied.error() == errc::storage_failure) {

@@ -48,42 +48,15 @@ std::string admit_alone_sql() {
          "FROM (SELECT 1) AS one LEFT JOIN ins ON true LEFT JOIN charge ON true";
 }
 
-// Store::record_outcomes for one round (an intent once): the intents'
-// compare-and-set, their attempts and their escalations (data-modifying
-// CTEs, one snapshot), the intents as they are now read back from it. The
-// parameters are columns (ArrayParam), $15 the states an outcome may settle
-// from, comma-separated. The intents' update returns what the attempts and
-// escalations need of each outcome, so that those are joined to it alone,
-// by index (join_by_index: no join of the round with itself).
+// Store::record_outcomes for one round (an intent once): the function of
+// migration 0007 (its planner settings and lock order are its own), its
+// columns $1-$16 as ArrayParams, $17 true when the commit need not wait for
+// the disk.
 std::string record_outcomes_sql() {
-  return "WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], "
-         "$6::int[], $7::text[], $8::boolean[], $9::int[], $10::text[], $11::bytea[], $12::boolean[], $13::int[], "
-         "$14::text[], $15::text[], $16::text[]) AS v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, "
-         "o_receipt, o_has_response, o_response_status, o_response_headers, o_response_body, o_response_truncated, "
-         "o_attempt, o_attempt_state, o_sources, o_note)), "
-         "u AS (UPDATE intents SET state = v.o_state, answer_class = v.o_class, status = v.o_status, "
-         "updated_at = now(), unknown_since = CASE WHEN v.o_state = 'unknown' THEN "
-         "coalesce(intents.unknown_since, now()) ELSE NULL END, "
-         "retry_not_before = now() + v.o_retry_ms * interval '1 millisecond', lease_until = NULL, "
-         "waived = intents.waived + v.o_waive, "
-         "receipt = CASE WHEN v.o_receipt = '' THEN intents.receipt ELSE v.o_receipt END, "
-         "response_status = CASE WHEN v.o_has_response THEN v.o_response_status ELSE intents.response_status END, "
-         "response_headers = CASE WHEN v.o_has_response THEN v.o_response_headers ELSE intents.response_headers END, "
-         "response_body = CASE WHEN v.o_has_response THEN v.o_response_body ELSE intents.response_body END, "
-         "response_truncated = CASE WHEN v.o_has_response THEN v.o_response_truncated "
-         "ELSE intents.response_truncated END "
-         "FROM v WHERE intents.id = v.o_id AND intents.state = ANY (string_to_array(v.o_sources, ',')) "
-         "AND (v.o_attempt = 0 OR intents.attempts = v.o_attempt) RETURNING intents.*, v.o_attempt, "
-         "v.o_attempt_state, v.o_class, v.o_status, v.o_receipt, v.o_state, v.o_note), "
-         "a AS (UPDATE attempts SET state = u.o_attempt_state, answer_class = u.o_class, status = u.o_status, "
-         "receipt = u.o_receipt, finished_at = now() FROM u WHERE u.o_attempt > 0 "
-         "AND attempts.intent_id = u.id AND attempts.number = u.o_attempt "
-         "AND attempts.state IN ('dispatched', 'unknown')), "
-         "e AS (UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = u.o_receipt, "
-         "note = u.o_note, resolved_at = now() FROM u WHERE u.o_state <> 'unknown' "
-         "AND escalations.intent_id = u.id AND escalations.state = 'open' "
-         "AND escalations.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
-         "SELECT " + std::string(intent_columns) + " FROM u";
+  return "SELECT " + std::string(intent_columns) +
+         " FROM idemgate_record_outcomes($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[], "
+         "$7::text[], $8::boolean[], $9::int[], $10::text[], $11::bytea[], $12::boolean[], $13::int[], $14::text[], "
+         "$15::text[], $16::text[], $17::boolean)";
 }
 
 // Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
@@ -142,9 +115,7 @@ error_code PgStore::connect() {
                               "ORDER BY run_id FOR UPDATE");
     c->c.prepare("runs_add", "UPDATE runs SET calls = calls + v.n, updated_at = now() "
                              "FROM unnest($1::text[], $2::bigint[]) AS v(id, n) WHERE runs.run_id = v.id");
-    // record_outcomes: a round's intents locked in id order, and which of
-    // the refused ones exist ($1 intent ids).
-    c->c.prepare("intents_lock", "SELECT id FROM intents WHERE id = ANY ($1::bigint[]) ORDER BY id FOR UPDATE");
+    // record_outcomes: which of a round's refused intents exist ($1 ids).
     c->c.prepare("intents_exist", "SELECT id FROM intents WHERE id = ANY ($1::bigint[])");
     connection_ = std::move(c);
     backoff_ = Millis(0);
@@ -157,19 +128,28 @@ error_code PgStore::connect() {
 }
 
 error_code PgStore::batch(const std::function<void()>& body, Calls calls, Durability durability) {
-  if (batch_) return errc::invalid_argument;
+  if (batch_ || deferring_) return errc::invalid_argument;
+  if (durability == Durability::deferred) {
+    // Outcomes recorded after their answers, and nothing else: each round of
+    // them is one statement, which commits by itself and waits for no WAL
+    // flush (the WAL writer flushes it within a few wal_writer_delay). No
+    // BEGIN and COMMIT round trips, and the disk's wait leaves this lane.
+    struct Deferring {
+      bool& on;
+      explicit Deferring(bool& flag) : on(flag) { on = true; }
+      ~Deferring() { on = false; }
+    } deferring(deferring_);
+    try {
+      body();
+    } catch (const std::exception&) {
+      return errc::storage_failure;
+    }
+    return {};
+  }
   if (auto ec = connect()) return ec;
   error_code error;
   try {
     OpenBatch open(connection_->c, calls);
-    // The commit then waits for no WAL flush (the WAL writer flushes it
-    // within a few wal_writer_delay): the disk's wait leaves this lane. Such
-    // a batch holds outcomes recorded after their answers and nothing else:
-    // their statements' join settings come in the same round trip, once.
-    if (durability == Durability::deferred) {
-      open.w.exec(std::string("SET LOCAL synchronous_commit = off; ") + join_by_index_sql);
-      open.outcomes_only = true;
-    }
     batch_ = &open;
     try {
       body();

@@ -3,9 +3,12 @@
 // (calls during the backoff fail fast with errc::unavailable instead of
 // blocking the worker). statement_timeout bounds every statement, TCP
 // keepalives bound a silent peer, and a connection lost mid-transaction
-// becomes errc::unavailable. Commits are synchronous (synchronous_commit on).
-// batch() is one transaction with a SAVEPOINT per method call in it; a
-// connection lost mid-batch fails the whole batch with errc::unavailable.
+// becomes errc::unavailable. Commits are synchronous (synchronous_commit on),
+// except those of a deferred batch. batch() is one transaction with a
+// SAVEPOINT per method call in it; a connection lost mid-batch fails the
+// whole batch with errc::unavailable. A deferred batch (outcomes recorded
+// after their answers, alone) is no transaction: each of its outcome
+// statements commits by itself, and its results are each call's own.
 #pragma once
 
 #include "ledger/store.hpp"
@@ -73,6 +76,9 @@ class PgStore final : public Store {
   std::unique_ptr<Connection> connection_;
   struct OpenBatch;  // the batch's pqxx::work and its failure, if any
   OpenBatch* batch_ = nullptr;
+  // While a Durability::deferred batch runs: no transaction wraps it, and
+  // each outcome statement commits by itself without waiting for the disk.
+  bool deferring_ = false;
   Millis backoff_{0};
   std::chrono::steady_clock::time_point next_connect_{};
 };

@@ -69,31 +69,6 @@ inline std::string q(pqxx::transaction_base&, std::optional<std::int64_t> value)
 }
 inline std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
 
-// For the rest of the transaction, every join finds its rows by index
-// (nested loops over index scans), with the prepared statement's one generic
-// plan. A prepared statement keeps the generic plan made at its sixth
-// execution until its tables are analysed again: on a ledger that started
-// empty, that plan hash-joined a sequential scan of the whole table, for
-// every outcome (measured: 1.6 ms a statement at one connection, growing
-// with the table) until autovacuum's analyse, a minute or more later. Every
-// row these statements touch is named by its key, so the index plan is
-// right at any size; and planned generically once, it is not planned again
-// for every small batch (0.6 ms each).
-// The settings are needed whenever the statement is planned, which may be
-// any execution (a plan is remade after its table is analysed), and must not
-// outlive it: the batch's other calls (a sweeper's anti-join, the views) need
-// hash joins. joins_as_before() ends them. A batch of outcomes alone (one
-// that commits without waiting for the disk) holds no such call: it sets
-// them once, with its synchronous_commit, for the whole transaction.
-inline constexpr const char* join_by_index_sql =
-    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; "
-    "SET LOCAL plan_cache_mode = force_generic_plan";
-inline void join_by_index(pqxx::transaction_base& w) { w.exec(join_by_index_sql); }
-inline void joins_as_before(pqxx::transaction_base& w) {
-  w.exec("SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL enable_hashjoin TO DEFAULT; "
-         "SET LOCAL enable_mergejoin TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT");
-}
-
 // Connection failures and server shutdowns drop the connection; the rest
 // keep it.
 inline bool is_connection_state(const std::string& sqlstate) {
@@ -191,7 +166,6 @@ struct PgStore::OpenBatch {
   OpenBatch(pqxx::connection& c, Calls calls) : w(c), together(calls == Calls::together) {}
   pqxx::work w;
   bool together;     // no savepoints: the first failing call fails the batch
-  bool outcomes_only = false;  // Durability::deferred: join_by_index set for the whole batch
   error_code error;  // set when the transaction itself failed
 };
 

@@ -47,9 +47,11 @@ class Store {
   // (Outcome::after_answer). Nothing else is weakened: the commit is atomic
   // and visible to every reader when batch() returns, and a later flushed
   // commit makes it durable too (both databases write their log in order).
-  // Such a batch holds record_outcome(s) calls alone: PostgreSQL plans all
-  // of it with the outcomes' index-only join settings (still correct for any
-  // other statement, only planned as the outcomes are).
+  // Such a batch holds record_outcome(s) calls alone, and a store may commit
+  // each call of it by itself instead of in one transaction (PostgreSQL
+  // does: each round of outcomes is one statement, saving the BEGIN and
+  // COMMIT round trips). Then each call's Result is its own, written or not,
+  // and batch() fails only when body could not run at all.
   enum class Calls { isolated, together };
   enum class Durability { flushed, deferred };
   virtual boost::system::error_code batch(const std::function<void()>& body, Calls calls = Calls::isolated,

@@ -107,14 +107,21 @@ LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrat
     };
     unknown_id = reserve("fp-unknown");
     done_id = reserve("fp-done");
-    Outcome unknown;
-    unknown.intent_id = unknown_id;
-    unknown.attempt = 1;
-    unknown.state = IntentState::unknown;
-    unknown.answer_class = "unknown";
-    unknown.retry_after = Millis(0);
-    REQUIRE(store.record_outcome(unknown).has_value());
-    REQUIRE(store.record_outcome(completed(done_id, 1)).has_value());
+    // Their outcomes as a version 4 ledger holds them, in SQL: this store
+    // records outcomes through what later versions add (7, on PostgreSQL).
+    std::string const now = sqlite ? "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)" : "now()";
+    auto settle = [&](std::int64_t id, const std::string& state, const std::string& answer_class,
+                      const std::string& attempt_state, const std::string& receipt) {
+      auto const where = " WHERE id = " + std::to_string(id);
+      backend.query("UPDATE intents SET state = '" + state + "', answer_class = '" + answer_class +
+                    "', receipt = '" + receipt + "', lease_until = NULL, updated_at = " + now +
+                    (state == "unknown" ? ", unknown_since = " + now : std::string()) + where);
+      backend.query("UPDATE attempts SET state = '" + attempt_state + "', answer_class = '" + answer_class +
+                    "', receipt = '" + receipt + "', finished_at = " + now + " WHERE intent_id = " +
+                    std::to_string(id));
+    };
+    settle(unknown_id, "unknown", "unknown", "unknown", "");
+    settle(done_id, "completed", "ok", "answered", "r-" + std::to_string(done_id));
     auto in_flight = reserve_request("fp-expired", "key-fp-expired");
     auto r = store.reserve_intents({&in_flight, 1}).front();
     REQUIRE(r.has_value());

@@ -67,7 +67,9 @@ TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" *
 // A prepared statement's generic plan is made at its sixth execution, from
 // the table as it is then: on a ledger that started empty it was a hash join
 // over a sequential scan of intents, kept for every later outcome until
-// autovacuum analysed the table (join_by_index).
+// autovacuum analysed the table. The outcome function plans with nested
+// loops over index scans (its own settings), alone, several at once, and in
+// a deferred batch.
 TEST_CASE("postgresql: outcomes find their intents by index on a ledger that started empty" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
@@ -96,7 +98,17 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
       }
       REQUIRE(store.record_outcome(batch.front()).has_value());
       std::vector<Outcome> rest(batch.begin() + 1, batch.end());
-      for (auto& settled : store.record_outcomes(rest)) REQUIRE(settled.has_value());
+      std::vector<Result<Intent>> settled;
+      if (round % 2) {
+        // As outcomes recorded after their answers are: no transaction.
+        for (auto& o : rest) o.after_answer = true;
+        REQUIRE(!store.batch([&] { settled = store.record_outcomes(rest); }, Store::Calls::isolated,
+                             Store::Durability::deferred));
+      } else {
+        settled = store.record_outcomes(rest);
+      }
+      REQUIRE(settled.size() == rest.size());
+      for (auto& s : settled) REQUIRE_MESSAGE(s.has_value(), s.error().message());
       outcomes += 4;
     }
   }
@@ -104,4 +116,24 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
   REQUIRE(reaches(*backend, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'intents'", updated) ==
           updated);
   CHECK(backend->query(scans) == "0\n");
+}
+
+// The outcome function's planner settings are its own (SET clauses): they end
+// with the call, and the caller's next statement in the same transaction
+// plans as before. Its defer argument (an outcome recorded after its answer)
+// turns synchronous_commit off for the rest of that transaction, and
+// without it the commit still waits for the disk.
+TEST_CASE("postgresql: the outcome function's settings end with it; defer alone skips the flush" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  auto call = [&](const char* defer) {
+    // One transaction (psql sends the statements as one query string).
+    return backend->query(std::string("SELECT count(*) FROM idemgate_record_outcomes('{}', '{}', '{}', '{}', '{}', "
+                                      "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', ") +
+                          defer + "); SHOW synchronous_commit; SHOW enable_hashjoin; SHOW enable_seqscan; "
+                                  "SHOW plan_cache_mode");
+  };
+  CHECK(call("true") == "0\noff\non\non\nauto\n");
+  CHECK(call("false") == "0\non\non\non\nauto\n");
 }

@@ -1,0 +1,6 @@
+-- idemgate ledger, SQLite, version 7: nothing to change.
+--
+-- On PostgreSQL this version makes recording outcomes one statement (a
+-- function), to save round trips to the server. SQLite runs in the
+-- process: there is no round trip to save. The version is kept so that both
+-- backends number their schemas alike.
