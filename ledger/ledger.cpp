@@ -45,7 +45,15 @@ Ledger::~Ledger() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    abandoned.swap(queue_);
+    // Outcomes recorded after their answers are still written (stopping,
+    // they start at once): the answers are out, and a lost record costs a
+    // reconciliation. The rest complete with shutting_down.
+    std::deque<std::unique_ptr<Job>> kept;
+    for (auto& job : queue_) {
+      auto const* o = job->outcome();
+      (o && o->after_answer ? kept : abandoned).push_back(std::move(job));
+    }
+    queue_.swap(kept);
   }
   ready_.notify_all();
   for (auto& job : abandoned) job->fail(errc::shutting_down);
@@ -59,6 +67,7 @@ std::size_t Ledger::queued() {
 
 bool Ledger::enqueue(std::unique_ptr<Job> job) {
   error_code why;
+  bool wake = true;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) {
@@ -66,6 +75,13 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     } else if (queue_.size() >= options_.queue_limit) {
       why = errc::busy;
     } else {
+      // An outcome after its answer waits a moment for others to share its
+      // commit: at low load one statement and one wake-up records several.
+      // A worker already waiting for an earlier one takes it along.
+      if (auto const* o = job->outcome(); o && o->after_answer && options_.outcome_gather.count() > 0) {
+        job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
+        wake = !timed_wait_ || *timed_wait_ > job->not_before;
+      }
       queue_.push_back(std::move(job));
     }
   }
@@ -73,7 +89,7 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     // Idle workers are alike (any of them may take any call that can be
     // taken now): one is enough. A call that must wait for its lane's writer
     // is taken when that writer finishes (it wakes them all).
-    ready_.notify_one();
+    if (wake) ready_.notify_one();
     return true;
   }
   if (why == errc::busy) stats_.busy_rejections.fetch_add(1, std::memory_order_relaxed);
@@ -95,13 +111,24 @@ int Ledger::lane_of(const Job& job) const { return lanes_ ? job.lane() : 0; }
 
 bool Ledger::takeable(const Job& job) const { return !locks_rows(job.order) || !writing_[lane_of(job)]; }
 
-bool Ledger::any_takeable() const {
-  return std::any_of(queue_.begin(), queue_.end(), [&](const auto& j) { return takeable(*j); });
+bool Ledger::startable(const Job& job, std::chrono::steady_clock::time_point now) const {
+  return takeable(job) && (stopping_ || job.not_before <= now);
 }
 
-std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
+bool Ledger::any_startable(std::chrono::steady_clock::time_point now) const {
+  return std::any_of(queue_.begin(), queue_.end(), [&](const auto& j) { return startable(*j, now); });
+}
+
+std::optional<std::chrono::steady_clock::time_point> Ledger::next_start() const {
+  std::optional<std::chrono::steady_clock::time_point> next;
+  for (const auto& job : queue_)
+    if (takeable(*job) && (!next || job->not_before < *next)) next = job->not_before;
+  return next;
+}
+
+std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady_clock::time_point now) {
   std::vector<std::unique_ptr<Job>> batch;
-  auto first = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return takeable(*job); });
+  auto first = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return startable(*job, now); });
   if (first == queue_.end()) return batch;
   batch.push_back(std::move(*first));
   queue_.erase(first);
@@ -114,7 +141,8 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch() {
     if (!lane) lane = lane_of(job);
     return lane_of(job) == *lane;
   };
-  // Group commit: every call waiting now joins this transaction.
+  // Group commit: every call waiting now joins this transaction (those still
+  // gathering too: they were waiting for a batch to share).
   for (auto it = queue_.begin(); it != queue_.end() && batch.size() < options_.max_batch;) {
     if ((*it)->order.phase != Order::alone && takeable(**it) && fits(**it)) {
       batch.push_back(std::move(*it));
@@ -243,12 +271,25 @@ void Ledger::work(Store& store) {
     std::vector<std::unique_ptr<Job>> batch;
     bool writer = false;
     bool more = false;
+    bool done = false;
     int lane = 0;
     {
       std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || any_takeable(); });
-      if (queue_.empty()) return;
-      batch = take_batch();
+      auto now = std::chrono::steady_clock::now();
+      while (!any_startable(now)) {
+        if (stopping_ && queue_.empty()) return;
+        // Nothing to start: wait for a call, a writer's end, or the time a
+        // gathering outcome may start.
+        if (auto next = next_start(); next && !stopping_) {
+          if (!timed_wait_ || *next < *timed_wait_) timed_wait_ = *next;
+          ready_.wait_until(lock, *next);
+          if (timed_wait_ && *timed_wait_ <= *next) timed_wait_.reset();
+        } else {
+          ready_.wait(lock);
+        }
+        now = std::chrono::steady_clock::now();
+      }
+      batch = take_batch(now);
       auto locker = std::find_if(batch.begin(), batch.end(), [](const auto& j) { return locks_rows(j->order); });
       writer = batch.front()->order.phase != Order::alone && locker != batch.end();
       if (writer) {
@@ -258,18 +299,32 @@ void Ledger::work(Store& store) {
       // What this batch left that can be taken now is another idle
       // worker's (each worker that takes wakes the next: one wake-up per
       // batch, not one per worker).
-      more = any_takeable();
+      more = any_startable(now);
+      done = stopping_ && queue_.empty();
     }
-    if (more) ready_.notify_one();
+    // Stopping, the last calls are taken: the other workers may end.
+    if (done) {
+      ready_.notify_all();
+    } else if (more) {
+      ready_.notify_one();
+    }
     run_batch(store, batch);
+    bool last = false;
     if (writer) {
       {
         std::lock_guard lock(mutex_);
         writing_[lane] = false;
-        // The calls that queued up meanwhile are the next batch.
-        more = any_takeable();
+        // The calls that queued up meanwhile are the next batch (those still
+        // gathering are this worker's next wait).
+        more = any_startable(std::chrono::steady_clock::now());
+        last = stopping_;
       }
-      if (more) ready_.notify_one();
+      // Stopping, the other workers wait for this one's calls to end.
+      if (last) {
+        ready_.notify_all();
+      } else if (more) {
+        ready_.notify_one();
+      }
     }
   }
 }

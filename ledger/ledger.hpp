@@ -23,6 +23,13 @@
 // charges one Store::count_calls (by run id) and the first attempts one
 // Store::begin_attempts.
 //
+// An outcome recorded after its answer (Outcome::after_answer) waits up to
+// outcome_gather for others: no batch starts with it before then, but any
+// batch taken meanwhile takes it along. At low load several outcomes then
+// share one statement, one commit and one worker's wake-up, instead of one
+// each; the answers are out already, and until it is durable a retry in
+// this process sees the outcome (proxy/outcome_recorder).
+//
 // Lock order, so that concurrent batches (another replica's) do not
 // deadlock: reservations, intents by id, the calls that lock nothing, runs
 // by id, and last the first attempts of intents this batch itself reserved
@@ -69,6 +76,9 @@ struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
   std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::busy
   std::size_t max_batch = 256;         // calls committed together (one transaction) at most
+  // How long an outcome recorded after its answer waits for others to share
+  // its commit (see take_batch); a call or batch that comes first takes it.
+  Millis outcome_gather{5};
   std::uint64_t response_cap = 256 * 1024;
   config::Redact redact;
 };
@@ -103,7 +113,8 @@ class Ledger {
 
   // One worker thread per store. The stores must be migrated already.
   Ledger(std::vector<std::unique_ptr<Store>> stores, LedgerOptions options);
-  // Queued calls complete with errc::shutting_down; running ones finish.
+  // Queued calls complete with errc::shutting_down, but outcomes recorded
+  // after their answers, which the workers still write; running ones finish.
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
@@ -195,9 +206,14 @@ class Ledger {
   bool enqueue(std::unique_ptr<Job> job);
   void work(Store& store);
   // The next batch this worker may take (empty: none now). Under mutex_.
-  std::vector<std::unique_ptr<Job>> take_batch();
+  std::vector<std::unique_ptr<Job>> take_batch(std::chrono::steady_clock::time_point now);
+  // May join a batch (its lane's writer is free); may start one (and its
+  // gathering time is over, or the ledger is stopping). mutex_ held.
   bool takeable(const Job& job) const;
-  bool any_takeable() const;  // mutex_ held
+  bool startable(const Job& job, std::chrono::steady_clock::time_point now) const;
+  bool any_startable(std::chrono::steady_clock::time_point now) const;
+  // When the first takeable call that is still gathering may start.
+  std::optional<std::chrono::steady_clock::time_point> next_start() const;
   int lane_of(const Job& job) const;
 
   LedgerOptions options_;
@@ -212,6 +228,9 @@ class Ledger {
   // worker runs a batch holding that lane's locking calls.
   bool writing_[2] = {false, false};
   bool lanes_ = false;  // concurrent writers and 3+ workers: outcomes get lane 1
+  // The time a worker waits for (a gathering call's not_before), if any: a
+  // call gathering until after it needs no wake-up of its own.
+  std::optional<std::chrono::steady_clock::time_point> timed_wait_;
   std::vector<std::thread> workers_;
   std::string fingerprint_key_;
 };

@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 
+#include <chrono>
 #include <optional>
 
 namespace idemgate::ledger {
@@ -57,6 +58,9 @@ class Ledger::Job {
   virtual int lane() const noexcept { return 0; }
 
   const Order order;
+  // Set by the engine: before then no batch starts with this call (an
+  // outcome after its answer gathering others), though a batch may take it.
+  std::chrono::steady_clock::time_point not_before{};
 };
 
 namespace jobs {
