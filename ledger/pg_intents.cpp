@@ -1,6 +1,6 @@
 // PgStore's intents (see store.hpp): reservations, a lone admission,
-// attempts and their outcomes, the reads and claims of intents, and the
-// recovery of attempts whose lease ran out.
+// attempts and their outcomes, and the recovery of attempts whose lease ran
+// out. The reads and claims of intents are in pg_reads.cpp.
 #include "ledger/pg_store.hpp"
 
 #include "ledger/pg_support.hpp"
@@ -11,24 +11,6 @@
 #include <set>
 
 namespace idemgate::ledger {
-
-namespace {
-
-std::string select_intents(std::string_view where) {
-  std::string s = "SELECT ";
-  s += intent_columns;
-  s += " FROM intents WHERE ";
-  s += where;
-  return s;
-}
-
-Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
-  auto rows = w.exec(select_intents("id = " + std::to_string(id)));
-  if (rows.empty()) throw Abort{errc::not_found};
-  return read_intent(PgRow(rows[0]));
-}
-
-}  // namespace
 
 std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
   std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
@@ -373,93 +355,6 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
     }
   }
   return results;
-}
-
-Result<Intent> PgStore::find_intent(std::int64_t intent_id) {
-  return transact([&](pqxx::transaction_base& w) { return load_intent(w, intent_id); });
-}
-
-Result<Intent> PgStore::find_intent_by_key(const std::string& key) {
-  return transact([&](pqxx::transaction_base& w) {
-    auto k = q(w, key);
-    auto rows = w.exec(select_intents("idem_key = " + k +
-                                      " OR id IN (SELECT intent_id FROM agent_keys WHERE "
-                                      "agent_key = " + k + ") ORDER BY id DESC LIMIT 1"));
-    if (rows.empty()) throw Abort{errc::not_found};
-    return read_intent(PgRow(rows[0]));
-  });
-}
-
-Result<std::vector<Intent>> PgStore::list_intents_by_run(const std::string& run, int limit) {
-  return transact([&](pqxx::transaction_base& w) {
-    std::vector<Intent> out;
-    for (const auto& row : w.exec(select_intents("run_id = " + q(w, run) +
-                                                 " ORDER BY id DESC LIMIT " +
-                                                 std::to_string(limit))))
-      out.push_back(read_intent(PgRow(row)));
-    return out;
-  });
-}
-
-Result<std::int64_t> PgStore::count_intents(const std::string& run, const std::string& tool,
-                                            const std::string& answer_class,
-                                            std::int64_t except_intent) {
-  return transact([&](pqxx::transaction_base& w) {
-    return w
-        .exec("SELECT count(*) FROM intents WHERE run_id = " + q(w, run) + " AND tool = " +
-              q(w, tool) + " AND answer_class = " + q(w, answer_class) +
-              " AND id <> " + std::to_string(except_intent))[0][0]
-        .as<std::int64_t>();
-  });
-}
-
-// "unknown_since IS NOT NULL" (implied by the state) is the predicate of the
-// unknown indexes (intents_unknown, intents_lookup_due), named so that the
-// planner uses them.
-Result<std::vector<Intent>> PgStore::list_unknown_past_ttl(int limit) {
-  return transact([&](pqxx::transaction_base& w) {
-    std::vector<Intent> out;
-    for (const auto& row : w.exec(select_intents(
-             "state = 'unknown' AND unknown_since IS NOT NULL AND "
-             "unknown_since + unknown_ttl_ms * interval '1 millisecond' "
-             "<= now() ORDER BY unknown_since LIMIT " + std::to_string(limit))))
-      out.push_back(read_intent(PgRow(row)));
-    return out;
-  });
-}
-
-Result<std::vector<Intent>> PgStore::list_unescalated_unknowns(int limit) {
-  return transact([&](pqxx::transaction_base& w) {
-    std::vector<Intent> out;
-    for (const auto& row : w.exec(select_intents(
-             "state = 'unknown' AND unknown_since IS NOT NULL AND "
-             "unknown_since + unknown_ttl_ms * interval '1 millisecond' "
-             "<= now() AND NOT EXISTS (SELECT 1 FROM escalations e WHERE e.intent_id = intents.id "
-             "AND e.reason_code IN ('money_unknown', 'tool_outcome_unknown')) "
-             "ORDER BY unknown_since LIMIT " + std::to_string(limit))))
-      out.push_back(read_intent(PgRow(row)));
-    return out;
-  });
-}
-
-Result<std::vector<Intent>> PgStore::claim_lookups(std::span<const LookupDue> due, int limit) {
-  if (due.empty()) return std::vector<Intent>{};
-  return transact([&](pqxx::transaction_base& w) {
-    std::string which;
-    for (auto const& d : due)
-      which += (which.empty() ? "" : " OR ") + std::string("(tool = ") + q(w, d.tool) + " AND unknown_since + " +
-               q_millis(d.after) + " <= now())";
-    // SKIP LOCKED: two replicas' sweepers claim different intents, never one twice.
-    std::vector<Intent> out;
-    for (const auto& row : w.exec("UPDATE intents SET looked_up_at = now() WHERE id IN (SELECT id FROM intents "
-                                  "WHERE state = 'unknown' AND unknown_since IS NOT NULL AND looked_up_at IS NULL "
-                                  "AND (" + which +
-                                  ") ORDER BY unknown_since LIMIT " + std::to_string(limit) +
-                                  " FOR UPDATE SKIP LOCKED) RETURNING " + std::string(intent_columns)))
-      out.push_back(read_intent(PgRow(row)));
-    std::sort(out.begin(), out.end(), [](const Intent& a, const Intent& b) { return a.unknown_since < b.unknown_since; });
-    return out;
-  });
 }
 
 std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {

@@ -2,7 +2,7 @@
 // for the whole backend): connecting, with the statements prepared once per
 // connection, batch() and migrate(). What every method body runs in
 // (transact(), in_savepoint()) is in pg_support.hpp; the bodies themselves
-// in pg_intents.cpp, pg_runs.cpp and pg_escalations.cpp.
+// in pg_intents.cpp, pg_reads.cpp, pg_runs.cpp and pg_escalations.cpp.
 #include "ledger/pg_store.hpp"
 
 #include "ledger/migrations.hpp"

@@ -1,4 +1,4 @@
-// What the PostgreSQL backend's files (pg_store.cpp, pg_intents.cpp,
+// What the PostgreSQL backend's files (pg_store.cpp, pg_intents.cpp, pg_reads.cpp,
 // pg_runs.cpp, pg_escalations.cpp) share, included by them only: it keeps
 // pqxx out of pg_store.hpp. Values are inlined with pqxx's
 // quote()/quote_raw() (libpq escaping), except in the hottest statements (a
@@ -68,6 +68,22 @@ inline std::string q(pqxx::transaction_base&, std::optional<std::int64_t> value)
   return value ? std::to_string(*value) : "NULL";
 }
 inline std::string q_millis(Millis ms) { return "(" + std::to_string(ms.count()) + " * interval '1 millisecond')"; }
+
+// SELECT of intent_columns from intents WHERE `where`.
+inline std::string select_intents(std::string_view where) {
+  std::string s = "SELECT ";
+  s += intent_columns;
+  s += " FROM intents WHERE ";
+  s += where;
+  return s;
+}
+
+// Intent `id` as it is now; Abort{not_found} when there is none.
+inline Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
+  auto rows = w.exec(select_intents("id = " + std::to_string(id)));
+  if (rows.empty()) throw Abort{errc::not_found};
+  return read_intent(PgRow(rows[0]));
+}
 
 // Connection failures and server shutdowns drop the connection; the rest
 // keep it.

@@ -39,7 +39,7 @@ boost::asio::awaitable<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest r
   co_return out;
 }
 
-std::unique_ptr<Store> open_store(Backend& backend) {
+std::unique_ptr<Store> migrated_store(Backend& backend) {
   REQUIRE(migrate(backend.config).has_value());
   auto stores = open_stores(backend.config);
   REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
@@ -146,7 +146,7 @@ LEDGER_CONFORMANCE(admit_concurrent,
 }
 
 LEDGER_CONFORMANCE(batched_charges, "count_calls: many runs in one call, in order, as count_call would") {
-  auto store = open_store(backend);
+  auto store = migrated_store(backend);
   REQUIRE(store->count_call("frozen", 10, CallKind::write).has_value());
   REQUIRE(store->set_run_state("frozen", RunState::frozen, "test").has_value());
   std::vector<ChargeRequest> requests{{"a", 2, CallKind::write}, {"a", 2, CallKind::read}, {"a", 2, CallKind::write},
@@ -171,7 +171,7 @@ LEDGER_CONFORMANCE(batched_charges, "count_calls: many runs in one call, in orde
 }
 
 LEDGER_CONFORMANCE(batched_attempts, "begin_attempts: the compare-and-set per intent, many in one call") {
-  auto store = open_store(backend);
+  auto store = migrated_store(backend);
   std::vector<std::int64_t> ids;
   for (int i = 0; i < 3; ++i) {
     auto request = reserve_request("fp-" + std::to_string(i), "key-" + std::to_string(i));
@@ -206,7 +206,7 @@ LEDGER_CONFORMANCE(batched_attempts, "begin_attempts: the compare-and-set per in
 
 LEDGER_CONFORMANCE(reserve_with_start,
                    "reserve_intents with a start stores a fresh intent with attempt 1 begun, and only a fresh one") {
-  auto store = open_store(backend);
+  auto store = migrated_store(backend);
   auto with_start = [](const std::string& fp, const std::string& key) {
     auto r = reserve_request(fp, key);
     r.start = ReserveRequest::Start{Millis(60000), "replica-s"};

@@ -1,6 +1,8 @@
 // The per-test databases of the conformance suite (see backend.hpp).
 #include "backend.hpp"
 
+#include "ledger/open_store.hpp"
+
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
 #include <sqlite3.h>
@@ -182,6 +184,19 @@ AttemptRequest attempt_now(Store& store, std::int64_t intent_id, int max_attempt
   auto intent = store.find_intent(intent_id);
   REQUIRE_MESSAGE(intent.has_value(), intent.error().message());
   return AttemptRequest{intent_id, intent->state, intent->attempts, max_attempts, lease};
+}
+
+std::unique_ptr<Store> open_store(Backend& backend) {
+  auto stores = open_stores(backend.config);
+  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+  return std::move(stores->front());
+}
+
+std::int64_t reserve(Store& store, const std::string& fp) {
+  auto request = reserve_request(fp, "key-" + fp);
+  auto r = store.reserve_intents({&request, 1}).front();
+  REQUIRE_MESSAGE(r.has_value(), r.error().message());
+  return r->intent.id;
 }
 
 Outcome completed(std::int64_t id, int attempt) {

@@ -72,6 +72,13 @@ std::vector<T> run_all(std::vector<boost::asio::awaitable<T>> operations, int th
   return results;
 }
 
+// The first of the stores the backend's config opens (no migration),
+// failing the test when it cannot.
+std::unique_ptr<Store> open_store(Backend& backend);
+// A fresh reservation of fingerprint `fp` (key "key-<fp>", run "run-1"): its
+// intent id, failing the test when it is refused.
+std::int64_t reserve(Store& store, const std::string& fp);
+
 // Attempt `attempt` of intent `id` answered 200 ok with receipt "r-<id>".
 Outcome completed(std::int64_t id, int attempt);
 

@@ -9,28 +9,10 @@
 
 #include <chrono>
 #include <set>
-#include <tuple>
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
 using namespace std::chrono_literals;
-
-namespace {
-
-std::unique_ptr<Store> open_store(Backend& backend) {
-  auto stores = open_stores(backend.config);
-  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
-  return std::move(stores->front());
-}
-
-std::int64_t reserve(Store& store, const std::string& fp) {
-  auto request = reserve_request(fp, "key-" + fp);
-  auto r = store.reserve_intents({&request, 1}).front();
-  REQUIRE_MESSAGE(r.has_value(), r.error().message());
-  return r->intent.id;
-}
-
-}  // namespace
 
 LEDGER_CONFORMANCE(batch_isolates_failures,
                    "a failing call in a batch changes nothing; the others are durable") {
@@ -121,128 +103,6 @@ LEDGER_CONFORMANCE(batch_isolates_failures,
                       " AND state = 'dispatched'") == "1\n");
   CHECK(store->count_intents("run-1", "stripe.create_charge", "ok", a).value() == 1);
   CHECK(store->count_intents("run-1", "other.tool", "ok", 0).value() == 0);
-}
-
-// In a batch whose commit does not wait for the disk (Durability::deferred,
-// as outcomes recorded after their answers are): what it commits is the
-// same, atomic and visible to a new connection at once.
-LEDGER_CONFORMANCE(record_outcomes_batched,
-                   "record_outcomes settles many intents at once exactly as record_outcome does one by one") {
-  REQUIRE(migrate(backend.config).has_value());
-  auto store = open_store(backend);
-  std::vector<std::int64_t> ids;
-  for (const char* fp : {"o-a", "o-b", "o-c", "o-d", "o-e", "o-f", "o-g"}) ids.push_back(reserve(*store, fp));
-  auto [a, b, c, d, e, f, g] = std::tuple{ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6]};
-  for (auto id : {a, b, c, d, f, g}) REQUIRE(store->begin_attempt(attempt_now(*store, id), "replica-a").has_value());
-  EscalationRequest er;
-  er.run = "run-1";
-  er.intent_id = b;
-  er.reason_code = "tool_outcome_unknown";
-  er.package_json = "{}";
-  auto escalation = store->persist_escalation(er).value();
-
-  std::vector<Outcome> outcomes;
-  auto with_response = completed(a, 1);
-  with_response.response = StoredResponse{201, {{"Content-Type", "application/json"}}, std::string("{\"id\":\"ch_1\"}\0x", 16), true};
-  outcomes.push_back(with_response);
-  outcomes.push_back(completed(b, 1));
-  Outcome unknown_c;
-  unknown_c.intent_id = c;
-  unknown_c.attempt = 1;
-  unknown_c.state = IntentState::unknown;
-  unknown_c.answer_class = "unknown";
-  outcomes.push_back(unknown_c);
-  Outcome retry_d;
-  retry_d.intent_id = d;
-  retry_d.attempt = 1;
-  retry_d.state = IntentState::retryable;
-  retry_d.answer_class = "rate_limited";
-  retry_d.status = 429;
-  retry_d.retry_after = std::chrono::minutes(5);
-  retry_d.waive = true;
-  // What an array element must escape, and what looks like SQL or NULL.
-  retry_d.receipt = "a\\b\"c{d},e NULL '' \xc3\xa9";
-  outcomes.push_back(retry_d);
-  outcomes.push_back(completed(e, 1));      // no attempt began: illegal_transition
-  outcomes.push_back(completed(99999999, 1));  // no such intent: not_found
-  outcomes.push_back(completed(c, 1));      // c's second outcome: unknown, then its answer
-  auto stale_f = completed(f, 2);           // an attempt f never had: refused
-  outcomes.push_back(stale_f);
-  auto no_receipt_g = completed(g, 1);
-  no_receipt_g.receipt.clear();
-  no_receipt_g.state = IntentState::denied;
-  no_receipt_g.answer_class = "validation";
-  no_receipt_g.status = 400;
-  outcomes.push_back(no_receipt_g);
-
-  std::vector<Result<Intent>> results;
-  auto failed = store->batch([&] { results = store->record_outcomes(outcomes); }, Store::Calls::isolated,
-                             Store::Durability::deferred);
-  REQUIRE_MESSAGE(!failed, failed.message());
-  REQUIRE(results.size() == outcomes.size());
-  for (std::size_t i : {0, 1, 2, 3, 6, 8}) REQUIRE_MESSAGE(results[i].has_value(), i << ": " << results[i].error().message());
-  CHECK(results[0]->state == IntentState::completed);
-  CHECK(results[0]->receipt == "r-" + std::to_string(a));
-  REQUIRE(results[0]->response.has_value());
-  CHECK(results[0]->response->status == 201);
-  CHECK(results[0]->response->body == std::string("{\"id\":\"ch_1\"}\0x", 16));
-  CHECK(results[0]->response->truncated);
-  CHECK(results[1]->state == IntentState::completed);
-  CHECK(results[2]->state == IntentState::unknown);
-  CHECK(results[2]->unknown_since.has_value());
-  CHECK(results[3]->state == IntentState::retryable);
-  CHECK(results[3]->retry_not_before.has_value());
-  CHECK(results[3]->waived == 1);
-  CHECK(results[3]->status == 429);
-  CHECK(results[3]->receipt == retry_d.receipt);
-  CHECK(results[4].error() == errc::illegal_transition);
-  CHECK(results[5].error() == errc::not_found);
-  CHECK(results[6]->state == IntentState::completed);
-  CHECK(!results[6]->unknown_since.has_value());
-  CHECK(results[7].error() == errc::illegal_transition);
-  CHECK(results[8]->state == IntentState::denied);
-  CHECK(results[8]->receipt.empty());
-  CHECK(!results[8]->response.has_value());
-
-  // Durable, read back on a new connection.
-  auto again = open_store(backend);
-  CHECK(again->find_intent(a)->response->headers.size() == 1);
-  CHECK(again->find_intent(b)->receipt == "r-" + std::to_string(b));
-  auto settled = again->find_escalation(escalation);
-  CHECK(settled->state == EscalationState::completed);
-  CHECK(settled->resolved_by == "idemgate");
-  CHECK(settled->receipt == "r-" + std::to_string(b));
-  CHECK(again->find_intent(c)->state == IntentState::completed);
-  CHECK(again->find_intent(d)->receipt == "a\\b\"c{d},e NULL '' \xc3\xa9");
-  CHECK(again->find_intent(e)->state == IntentState::reserved);
-  CHECK(again->find_intent(f)->state == IntentState::dispatched);
-  CHECK(backend.query("SELECT state || ':' || answer_class || ':' || coalesce(CAST(status AS TEXT), '-') || ':' || receipt "
-                      "FROM attempts WHERE intent_id = " + std::to_string(c)) ==
-        "answered:ok:200:r-" + std::to_string(c) + "\n");
-  CHECK(backend.query("SELECT state FROM attempts WHERE intent_id = " + std::to_string(d)) == "answered\n");
-  CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " + std::to_string(f) +
-                      " AND state = 'dispatched'") == "1\n");
-}
-
-TEST_CASE("postgresql: a value the server refuses fails its own outcome only, not the batched statement's others" *
-          doctest::test_suite("db")) {
-  auto backend = postgresql_backend();
-  REQUIRE(migrate(backend->config).has_value());
-  auto store = open_store(*backend);
-  auto a = reserve(*store, "bad-a");
-  auto b = reserve(*store, "bad-b");
-  auto c = reserve(*store, "bad-c");
-  for (auto id : {a, b, c}) REQUIRE(store->begin_attempt(attempt_now(*store, id), "replica-a").has_value());
-  std::vector<Outcome> outcomes{completed(a, 1), completed(b, 1), completed(c, 1)};
-  outcomes[1].receipt = "\xff\xfe not UTF-8";  // refused by a UTF8 database: the statement fails
-  std::vector<Result<Intent>> results;
-  auto failed = store->batch([&] { results = store->record_outcomes(outcomes); });
-  REQUIRE_MESSAGE(!failed, failed.message());
-  REQUIRE(results.size() == 3);
-  CHECK(results[0].has_value());
-  CHECK(results[1].error() == errc::storage_failure);
-  CHECK(results[2].has_value());
-  CHECK(backend->query("SELECT string_agg(state, ',' ORDER BY id) FROM intents") == "completed,dispatched,completed\n");
 }
 
 LEDGER_CONFORMANCE(batch_together_fails_whole,
