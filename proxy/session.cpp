@@ -1,535 +1,330 @@
-// The client side of the proxy: header reading with raw checks, dispatch to
-// forward, guard or tunnel, interception of CONNECT (the same pipeline then
-// runs on the requests inside: decrypted TLS, or plain HTTP), gateway
-// routes, problem answers, keep-alive and drain.
+// The client side of the proxy (see session_impl.hpp): the request loop,
+// header reading with raw checks, dispatch to forward, guard or tunnel,
+// gateway routes, problem answers, keep-alive and drain. CONNECT is in
+// intercept.cpp.
 #include "proxy/session.hpp"
 
-#include "proxy/connect.hpp"
-#include "proxy/connect_plan.hpp"
-#include "proxy/forward.hpp"
-#include "proxy/guard.hpp"
-#include "proxy/http_rules.hpp"
-#include "proxy/log.hpp"
-#include "proxy/mcp_answer.hpp"
-#include "proxy/problem.hpp"
-#include "proxy/proxy_auth.hpp"
-#include "proxy/respond.hpp"
-#include "proxy/tunnel.hpp"
-#include "proxy/worker.hpp"
-#include "tls/leaf_minter.hpp"
-
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
-#include <algorithm>
-#include <array>
-#include <chrono>
-#include <optional>
-#include <tuple>
-#include <utility>
-
-#include "policy/match.hpp"
-#include "policy/headers.hpp"
-#include "policy/mcp.hpp"
+#include "proxy/session_impl.hpp"
 
 namespace idemgate::proxy {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
-namespace ssl = asio::ssl;
+namespace detail {
 
-namespace {
-
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-class Session final : public Drainable {
-public:
-  Session(tcp::socket socket, Worker& worker) : client_(std::move(socket)), worker_(worker) {
-    worker_.add(this);
-    worker_.stats().connections.fetch_add(1, std::memory_order_relaxed);
+asio::awaitable<void> Session::run() {
+  for (;;) {
+    if (worker_.draining()) break;
+    if (!co_await wait_for_request()) break;
+    auto cfg = worker_.config().get();  // one snapshot per request
+    bool keep_alive = co_await serve_one(*cfg);
+    if (!keep_alive) break;
+    if (served_ < 2) ++served_;
   }
-  ~Session() { worker_.remove(this); }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+  beast::error_code ignored;
+  client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (body_unread_) co_await linger();
+  client_.close();
+}
 
-  void close_if_idle() override {
-    if (idle_) {
-      beast::error_code ignored;
-      client_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      client_.socket().cancel(ignored);
-    }
+asio::awaitable<bool> Session::wait_for_request() {
+  if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
+  std::size_t room = read_room;
+  {
+    auto const cfg = worker_.config().get();  // not held across the wait
+    client_.expires_after(cfg->timeouts.idle);
+    room = std::min<std::size_t>(room, static_cast<std::size_t>(cfg->limits.header_bytes) + 1);
   }
-
-  void release_if_quiet(std::chrono::steady_clock::time_point before) override {
-    if (!buffered_since_ || *buffered_since_ > before) return;
-    release_ = true;  // the read ends as operation_aborted and the wait goes on without the buffer
-    beast::error_code ignored;
-    client_.socket().cancel(ignored);
-  }
-
-  asio::awaitable<void> run() {
-    for (;;) {
-      if (worker_.draining()) break;
-      if (!co_await wait_for_request()) break;
-      auto cfg = worker_.config().get();  // one snapshot per request
-      bool keep_alive = co_await serve_one(*cfg);
-      if (!keep_alive) break;
-      if (served_ < 2) ++served_;
-    }
-    beast::error_code ignored;
-    client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    if (body_unread_) co_await linger();
-    client_.close();
-  }
-
-private:
-  enum class HeaderRead { ok, closed, problem_sent };
-
-  // Between requests (bounded by timeouts.idle). A connection in use, one
-  // that has carried two requests already, reads the next one straight into
-  // the buffer it has: no allocation, and no readiness wait to register with
-  // the reactor (an epoll_ctl per request). After one to two seconds of
-  // quiet the worker's sweep takes the buffer back, and an idle connection
-  // holds as little as possible: no buffer, no parser, no request frame, only
-  // a wait for readability. Thousands of idle agents cost kilobytes each.
-  // false: the connection ended (idle timeout, drain, peer gone).
-  asio::awaitable<bool> wait_for_request() {
-    if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
-    std::size_t room = read_room;
+  idle_ = true;
+  if (served_ >= 2 && buffer_.capacity() >= room && buffer_.capacity() <= 2 * read_room) {
+    beast::error_code ec;
+    std::size_t n = 0;
     {
-      auto const cfg = worker_.config().get();  // not held across the wait
-      client_.expires_after(cfg->timeouts.idle);
-      room = std::min<std::size_t>(room, static_cast<std::size_t>(cfg->limits.header_bytes) + 1);
+      BufferedWait const counted(*this);
+      std::tie(ec, n) = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
     }
-    idle_ = true;
-    if (served_ >= 2 && buffer_.capacity() >= room && buffer_.capacity() <= 2 * read_room) {
-      beast::error_code ec;
-      std::size_t n = 0;
-      {
-        BufferedWait const counted(*this);
-        std::tie(ec, n) = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
-      }
-      bool const released = std::exchange(release_, false);
-      // Draining, the socket is shut down already (close_if_idle): a request
-      // read now could not be answered.
-      if (!ec) {
-        buffer_.commit(n);
-        co_return !worker_.draining();
-      }
-      if (!released || ec != asio::error::operation_aborted || worker_.draining()) co_return false;
-    }
-    buffer_.shrink_to_fit();
-    auto [ec] = co_await client_.tcp().async_wait_readable(use_tuple);
-    co_return !ec && !worker_.draining();
-  }
-
-  // A wait that holds buffer_, for as long as it lasts: what the sweep looks
-  // for, and the idemgate_connections_idle_buffered gauge.
-  struct BufferedWait {
-    explicit BufferedWait(Session& s) : s(s) {
-      s.buffered_since_ = TimedSocket::coarse_now();
-      s.worker_.stats().idle_buffered.fetch_add(1, std::memory_order_relaxed);
-      s.worker_.idle_buffer_held();
-    }
-    ~BufferedWait() {
-      s.worker_.stats().idle_buffered.fetch_sub(1, std::memory_order_relaxed);
-      s.buffered_since_.reset();
-    }
-    BufferedWait(const BufferedWait&) = delete;
-    BufferedWait& operator=(const BufferedWait&) = delete;
-    Session& s;
-  };
-
-  // Lingering close (as nginx's lingering_close): we answered before reading
-  // the whole request body (a 413, a refusal). Closing with unread bytes
-  // makes the kernel reset the connection, and a client still sending its
-  // body never reads our answer. Discard what it sends, within bounds.
-  asio::awaitable<void> linger() {
-    constexpr std::size_t max_bytes = 64u * 1024 * 1024;
-    auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    std::array<char, 16 * 1024> scratch;
-    std::size_t total = 0;
-    while (total < max_bytes && std::chrono::steady_clock::now() < until) {
-      client_.expires_at(std::min(until, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
-      auto [ec, n] = co_await client_.async_read_some(asio::buffer(scratch), use_tuple);
-      if (ec) break;
-      total += n;
-    }
-  }
-
-  // Set when serve_one ends with a request body not (fully) read.
-  struct UnreadBodyCheck {
-    bool& flag;
-    const http::request_parser<http::buffer_body>& parser;
-    ~UnreadBodyCheck() { flag = parser.is_header_done() && !parser.is_done(); }
-  };
-
-  // Reads one request header into parser_, checking the raw bytes first.
-  asio::awaitable<HeaderRead> read_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser) {
-    auto const& limits = cfg.limits;
-    std::size_t const header_limit = static_cast<std::size_t>(limits.header_bytes);
-    bool waiting_first_byte = buffer_.size() == 0;
-    idle_ = waiting_first_byte;
-    if (!waiting_first_byte) client_.expires_after(cfg.timeouts.client_header);
-    for (;;) {
-      auto const bytes = std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-      auto const check = check_raw_header(bytes, static_cast<std::size_t>(limits.request_line));
-      // GCC 12 destroys temporaries inside a co_await expression twice:
-      // every problem is built into a named variable first.
-      std::optional<Problem> problem;
-      switch (check.error) {
-        case RawHeaderError::none: {
-          idle_ = false;
-          beast::error_code ec;
-          parser.header_limit(static_cast<std::uint32_t>(header_limit + 1));
-          parser.body_limit(boost::none);
-          parser.put(asio::buffer(buffer_.data().data(), check.header_size), ec);
-          buffer_.consume(check.header_size);
-          if (!ec && parser.is_header_done()) co_return HeaderRead::ok;
-          problem = bad_request("request header rejected: " + ec.message());
-          break;
-        }
-        case RawHeaderError::request_line_too_long:
-          problem = Problem{414, "request_line_too_long", "Request line too long",
-                            "the request line is longer than limits.request_line (" +
-                                std::to_string(limits.request_line) + " bytes)"};
-          break;
-        case RawHeaderError::obs_fold:
-          problem = bad_request("obsolete line folding (obs-fold) in a header is not accepted");
-          break;
-        case RawHeaderError::bare_lf:
-          problem = bad_request("header lines must end with CRLF");
-          break;
-        case RawHeaderError::nul_byte:
-          problem = bad_request("NUL byte in the request header");
-          break;
-        case RawHeaderError::incomplete:
-          if (buffer_.size() > header_limit) {
-            problem = Problem{431, "header_too_large", "Request header fields too large",
-                              "the request header is larger than limits.header_bytes (" +
-                                  std::to_string(limits.header_bytes) + " bytes)"};
-          }
-          break;
-      }
-      if (problem) {
-        co_await write_problem(cfg, *problem, 11);
-        co_return HeaderRead::problem_sent;
-      }
-      if (waiting_first_byte) client_.expires_after(cfg.timeouts.idle);
-      std::size_t const room = std::min<std::size_t>(read_room, header_limit + 1 - buffer_.size());
-      auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
-      if (ec) {
-        // EOF or a reset between requests is a normal end; a timeout
-        // mid-header gets nothing (the client stopped talking).
-        co_return HeaderRead::closed;
-      }
+    bool const released = std::exchange(release_, false);
+    // Draining, the socket is shut down already (close_if_idle): a request
+    // read now could not be answered.
+    if (!ec) {
       buffer_.commit(n);
-      if (waiting_first_byte) {
-        if (worker_.draining()) co_return HeaderRead::closed;  // shut down by close_if_idle: no answer possible
-        waiting_first_byte = false;
+      co_return !worker_.draining();
+    }
+    if (!released || ec != asio::error::operation_aborted || worker_.draining()) co_return false;
+  }
+  buffer_.shrink_to_fit();
+  auto [ec] = co_await client_.tcp().async_wait_readable(use_tuple);
+  co_return !ec && !worker_.draining();
+}
+
+asio::awaitable<void> Session::linger() {
+  constexpr std::size_t max_bytes = 64u * 1024 * 1024;
+  auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::array<char, 16 * 1024> scratch;
+  std::size_t total = 0;
+  while (total < max_bytes && std::chrono::steady_clock::now() < until) {
+    client_.expires_at(std::min(until, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+    auto [ec, n] = co_await client_.async_read_some(asio::buffer(scratch), use_tuple);
+    if (ec) break;
+    total += n;
+  }
+}
+
+asio::awaitable<Session::HeaderRead> Session::read_header(const config::Config& cfg,
+                                                          http::request_parser<http::buffer_body>& parser) {
+  auto const& limits = cfg.limits;
+  std::size_t const header_limit = static_cast<std::size_t>(limits.header_bytes);
+  bool waiting_first_byte = buffer_.size() == 0;
+  idle_ = waiting_first_byte;
+  if (!waiting_first_byte) client_.expires_after(cfg.timeouts.client_header);
+  for (;;) {
+    auto const bytes = std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    auto const check = check_raw_header(bytes, static_cast<std::size_t>(limits.request_line));
+    // GCC 12 destroys temporaries inside a co_await expression twice:
+    // every problem is built into a named variable first.
+    std::optional<Problem> problem;
+    switch (check.error) {
+      case RawHeaderError::none: {
         idle_ = false;
-        client_.expires_after(cfg.timeouts.client_header);
+        beast::error_code ec;
+        parser.header_limit(static_cast<std::uint32_t>(header_limit + 1));
+        parser.body_limit(boost::none);
+        parser.put(asio::buffer(buffer_.data().data(), check.header_size), ec);
+        buffer_.consume(check.header_size);
+        if (!ec && parser.is_header_done()) co_return HeaderRead::ok;
+        problem = bad_request("request header rejected: " + ec.message());
+        break;
       }
+      case RawHeaderError::request_line_too_long:
+        problem = Problem{414, "request_line_too_long", "Request line too long",
+                          "the request line is longer than limits.request_line (" +
+                              std::to_string(limits.request_line) + " bytes)"};
+        break;
+      case RawHeaderError::obs_fold:
+        problem = bad_request("obsolete line folding (obs-fold) in a header is not accepted");
+        break;
+      case RawHeaderError::bare_lf:
+        problem = bad_request("header lines must end with CRLF");
+        break;
+      case RawHeaderError::nul_byte:
+        problem = bad_request("NUL byte in the request header");
+        break;
+      case RawHeaderError::incomplete:
+        if (buffer_.size() > header_limit) {
+          problem = Problem{431, "header_too_large", "Request header fields too large",
+                            "the request header is larger than limits.header_bytes (" +
+                                std::to_string(limits.header_bytes) + " bytes)"};
+        }
+        break;
+    }
+    if (problem) {
+      co_await write_problem(cfg, *problem, 11);
+      co_return HeaderRead::problem_sent;
+    }
+    if (waiting_first_byte) client_.expires_after(cfg.timeouts.idle);
+    std::size_t const room = std::min<std::size_t>(read_room, header_limit + 1 - buffer_.size());
+    auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(room), use_tuple);
+    if (ec) {
+      // EOF or a reset between requests is a normal end; a timeout
+      // mid-header gets nothing (the client stopped talking).
+      co_return HeaderRead::closed;
+    }
+    buffer_.commit(n);
+    if (waiting_first_byte) {
+      if (worker_.draining()) co_return HeaderRead::closed;  // shut down by close_if_idle: no answer possible
+      waiting_first_byte = false;
+      idle_ = false;
+      client_.expires_after(cfg.timeouts.client_header);
     }
   }
+}
 
-  asio::awaitable<bool> serve_one(const config::Config& cfg) {
-    http::request_parser<http::buffer_body> parser;
-    UnreadBodyCheck const unread_check{body_unread_, parser};
-    auto const got = co_await read_header(cfg, parser);
-    if (got != HeaderRead::ok) co_return false;
-    worker_.stats().requests.fetch_add(1, std::memory_order_relaxed);
-    auto& req = parser.get();
-    unsigned const version = req.version() == 10 ? 10 : 11;
-    std::optional<Target> target;
-    std::optional<Problem> problem = check_request(cfg, req, target);
-    if (problem) {
-      co_await write_problem(cfg, *problem, version);
+asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
+  http::request_parser<http::buffer_body> parser;
+  UnreadBodyCheck const unread_check{body_unread_, parser};
+  auto const got = co_await read_header(cfg, parser);
+  if (got != HeaderRead::ok) co_return false;
+  worker_.stats().requests.fetch_add(1, std::memory_order_relaxed);
+  auto& req = parser.get();
+  unsigned const version = req.version() == 10 ? 10 : 11;
+  std::optional<Target> target;
+  std::optional<Problem> problem = check_request(cfg, req, target);
+  if (problem) {
+    co_await write_problem(cfg, *problem, version);
+    co_return false;
+  }
+  // One check for absolute-form, CONNECT and gateway routes alike; the
+  // requests inside an intercepted tunnel were authenticated by its CONNECT.
+  if (cfg.auth.mode == policy::AuthMode::required && !tunnel_origin_) {
+    auto const credential = req[http::field::proxy_authorization];
+    if (!co_await proxy_authenticated(cfg, credential)) {
+      Problem const p = proxy_auth_required(!credential.empty());
+      worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+      co_await send_problem(client_, p, version, false, cfg.timeouts.client_header, &proxy_auth_challenge());
+      if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
       co_return false;
     }
-    // One check for absolute-form, CONNECT and gateway routes alike; the
-    // requests inside an intercepted tunnel were authenticated by its CONNECT.
-    if (cfg.auth.mode == policy::AuthMode::required && !tunnel_origin_) {
-      auto const credential = req[http::field::proxy_authorization];
-      if (!co_await proxy_authenticated(cfg, credential)) {
-        Problem const p = proxy_auth_required(!credential.empty());
-        worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-        co_await send_problem(client_, p, version, false, cfg.timeouts.client_header, &proxy_auth_challenge());
-        if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
-        co_return false;
+  }
+  if (req.method() == http::verb::connect) {
+    co_return co_await handle_connect(cfg, req, *target);
+  }
+  if (tunnel_origin_) {
+    // The CONNECT named the run; the requests inside the tunnel do not.
+    if (!connect_run_.empty() && req[cfg.runs.header].empty()) req.set(cfg.runs.header, connect_run_);
+    if (!connect_auth_.empty() && req[http::field::proxy_authorization].empty())
+      req.set(http::field::proxy_authorization, connect_auth_);
+  }
+  // Which tool is this? An MCP tools/call names it in the body.
+  std::optional<std::string> body;
+  std::string mcp_tool;
+  if (may_be_mcp_call(req, cfg)) {
+    bool too_large = false;
+    body = co_await read_request_body(client_, buffer_, parser, cfg, too_large);
+    if (!body) {
+      if (too_large) {
+        Problem const p{413, "body_too_large", "Request body too large",
+                        "a JSON-RPC body to a host with MCP tools is larger than limits.inspect_body (" +
+                            std::to_string(cfg.limits.inspect_body) + " bytes)"};
+        co_await write_problem(cfg, p, version);
       }
+      co_return false;
     }
-    if (req.method() == http::verb::connect) {
-      co_return co_await handle_connect(cfg, req, *target);
+    std::vector<policy::Header> headers;
+    for (auto const& f : req) headers.push_back({f.name_string(), f.value()});
+    auto const mcp = policy::inspect_mcp_request(headers, *body);
+    if (mcp.kind == policy::McpKind::header_mismatch) {
+      // SEP-2243: a gateway matching on the headers and a server running
+      // the body must never disagree about which tool is called.
+      Problem const p = bad_request(mcp.mismatch);
+      std::string answer = mcp_error_body(p, mcp.id, -32001);
+      worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+      co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
+                               cfg.timeouts.client_header);
+      co_return false;
     }
-    if (tunnel_origin_) {
-      // The CONNECT named the run; the requests inside the tunnel do not.
-      if (!connect_run_.empty() && req[cfg.runs.header].empty()) req.set(cfg.runs.header, connect_run_);
-      if (!connect_auth_.empty() && req[http::field::proxy_authorization].empty())
-        req.set(http::field::proxy_authorization, connect_auth_);
-    }
-    // Which tool is this? An MCP tools/call names it in the body.
-    std::optional<std::string> body;
-    std::string mcp_tool;
-    if (may_be_mcp_call(req, cfg)) {
-      bool too_large = false;
-      body = co_await read_request_body(client_, buffer_, parser, cfg, too_large);
-      if (!body) {
-        if (too_large) {
-          Problem const p{413, "body_too_large", "Request body too large",
-                          "a JSON-RPC body to a host with MCP tools is larger than limits.inspect_body (" +
-                              std::to_string(cfg.limits.inspect_body) + " bytes)"};
-          co_await write_problem(cfg, p, version);
-        }
-        co_return false;
-      }
-      std::vector<policy::Header> headers;
-      for (auto const& f : req) headers.push_back({f.name_string(), f.value()});
-      auto const mcp = policy::inspect_mcp_request(headers, *body);
-      if (mcp.kind == policy::McpKind::header_mismatch) {
-        // SEP-2243: a gateway matching on the headers and a server running
-        // the body must never disagree about which tool is called.
-        Problem const p = bad_request(mcp.mismatch);
-        std::string answer = mcp_error_body(p, mcp.id, -32001);
+    if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
+    // A batch could carry any tool's call, read by no rule here: refused
+    // where an MCP tool is (batches left MCP in 2025-06-18), passed on as
+    // any JSON body elsewhere.
+    if (mcp.kind == policy::McpKind::batch && cfg.tool_table) {
+      auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
+                                                    target->origin_form, {}, true});
+      if (at.tool && !at.tool->match.mcp_tool.empty()) {
+        Problem const p = bad_request("a JSON-RPC batch to an endpoint with MCP tools ('" + at.tool->name +
+                                      "'): MCP has no batches since revision 2025-06-18; send one tools/call per "
+                                      "request; nothing was sent");
+        std::string answer = mcp_error_body(p, nullptr, -32600);
         worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
         co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
                                  cfg.timeouts.client_header);
         co_return false;
       }
-      if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
-      // A batch could carry any tool's call, read by no rule here: refused
-      // where an MCP tool is (batches left MCP in 2025-06-18), passed on as
-      // any JSON body elsewhere.
-      if (mcp.kind == policy::McpKind::batch && cfg.tool_table) {
-        auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
-                                                      target->origin_form, {}, true});
-        if (at.tool && !at.tool->match.mcp_tool.empty()) {
-          Problem const p = bad_request("a JSON-RPC batch to an endpoint with MCP tools ('" + at.tool->name +
-                                        "'): MCP has no batches since revision 2025-06-18; send one tools/call per "
-                                        "request; nothing was sent");
-          std::string answer = mcp_error_body(p, nullptr, -32600);
-          worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-          co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
-                                   cfg.timeouts.client_header);
-          co_return false;
-        }
-      }
     }
-    policy::TargetMatch matched;
-    if (cfg.tool_table)
-      matched = cfg.tool_table->match_target(
-          {req.method_string(), target->scheme, target->host, target->port, target->origin_form, mcp_tool});
-    policy::Tool const* tool = matched.tool;
-    ForwardResult r;
-    if (matched.ambiguous_write) {
-      Problem const p = ambiguous_spelling(req.method_string(), target->scheme + "://" + target->authority() + target->origin_form,
-                                           matched.ambiguous_path, matched.ambiguous_write->name);
-      co_await write_problem(cfg, p, version);
-      co_return false;
-    } else if (tool) {
-      r = co_await guard_request(client_, buffer_, parser, *target, *tool, cfg, worker_, std::move(body));
-    } else if (cfg.unmatched == policy::Unmatched::deny) {
-      Problem const p{403, "policy_deny", "No tool matches",
-                      std::string(req.method_string()) + " " + target->host + target->origin_form.substr(0, target->origin_form.find('?')) +
-                          " matches no configured tool and unmatched is deny"};
-      co_await write_problem(cfg, p, version);
-      co_return false;
-    } else if (body) {
-      r = co_await forward_buffered(client_, parser, *target, std::move(*body), cfg, worker_);
-    } else {
-      r = co_await forward_request(client_, buffer_, parser, *target, cfg, worker_);
-    }
-    co_return r.client_keep_alive && !worker_.draining();
   }
-
-  // A POST with a JSON body (or the Mcp-Method header) while some tool is an
-  // MCP tool: the tool name is in the body (and, since 2026-07-28, mirrored
-  // in Mcp-Name), and both are compared before matching.
-  static bool may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg) {
-    if (req.method() != http::verb::post) return false;
-    // Any spelling a server accepts ("Application/JSON; charset=utf-8").
-    auto const ct = req[http::field::content_type];
-    bool json = false;
-    for (std::size_t i = 0; !json && i + 4 <= ct.size(); ++i) json = policy::iequals(ct.substr(i, 4), "json");
-    if (!json && req.find("Mcp-Method") == req.end()) return false;
-    return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
+  policy::TargetMatch matched;
+  if (cfg.tool_table)
+    matched = cfg.tool_table->match_target(
+        {req.method_string(), target->scheme, target->host, target->port, target->origin_form, mcp_tool});
+  policy::Tool const* tool = matched.tool;
+  ForwardResult r;
+  if (matched.ambiguous_write) {
+    Problem const p = ambiguous_spelling(req.method_string(), target->scheme + "://" + target->authority() + target->origin_form,
+                                         matched.ambiguous_path, matched.ambiguous_write->name);
+    co_await write_problem(cfg, p, version);
+    co_return false;
+  } else if (tool) {
+    r = co_await guard_request(client_, buffer_, parser, *target, *tool, cfg, worker_, std::move(body));
+  } else if (cfg.unmatched == policy::Unmatched::deny) {
+    Problem const p{403, "policy_deny", "No tool matches",
+                    std::string(req.method_string()) + " " + target->host + target->origin_form.substr(0, target->origin_form.find('?')) +
+                        " matches no configured tool and unmatched is deny"};
+    co_await write_problem(cfg, p, version);
+    co_return false;
+  } else if (body) {
+    r = co_await forward_buffered(client_, parser, *target, std::move(*body), cfg, worker_);
+  } else {
+    r = co_await forward_request(client_, buffer_, parser, *target, cfg, worker_);
   }
+  co_return r.client_keep_alive && !worker_.draining();
+}
 
-  // Everything about a request header that can be refused before any I/O;
-  // sets target (absolute-form, a gateway route, or inside an intercepted
-  // tunnel the CONNECT's origin plus the origin-form path).
-  std::optional<Problem> check_request(const config::Config& cfg, const http::request<http::buffer_body>& req,
-                                       std::optional<Target>& target) const {
-    if (req.version() != 10 && req.version() != 11) {
-      return Problem{505, "http_version_not_supported", "HTTP version not supported",
-                     "only HTTP/1.0 and HTTP/1.1 are spoken here"};
-    }
-    if (!acceptable_request_transfer_encoding(req)) {
-      return bad_request("Transfer-Encoding must be exactly 'chunked'");
-    }
-    if (req.method() == http::verb::connect) {
-      if (tunnel_origin_) return bad_request("CONNECT inside a CONNECT tunnel is not supported");
-      target = parse_authority_target(req.target());
-      if (!target) return bad_request("CONNECT needs an authority-form target host:port");
+bool Session::may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg) {
+  if (req.method() != http::verb::post) return false;
+  // Any spelling a server accepts ("Application/JSON; charset=utf-8").
+  auto const ct = req[http::field::content_type];
+  bool json = false;
+  for (std::size_t i = 0; !json && i + 4 <= ct.size(); ++i) json = policy::iequals(ct.substr(i, 4), "json");
+  if (!json && req.find("Mcp-Method") == req.end()) return false;
+  return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
+}
+
+std::optional<Problem> Session::check_request(const config::Config& cfg, const http::request<http::buffer_body>& req,
+                                              std::optional<Target>& target) const {
+  if (req.version() != 10 && req.version() != 11) {
+    return Problem{505, "http_version_not_supported", "HTTP version not supported",
+                   "only HTTP/1.0 and HTTP/1.1 are spoken here"};
+  }
+  if (!acceptable_request_transfer_encoding(req)) {
+    return bad_request("Transfer-Encoding must be exactly 'chunked'");
+  }
+  if (req.method() == http::verb::connect) {
+    if (tunnel_origin_) return bad_request("CONNECT inside a CONNECT tunnel is not supported");
+    target = parse_authority_target(req.target());
+    if (!target) return bad_request("CONNECT needs an authority-form target host:port");
+    return std::nullopt;
+  }
+  if (tunnel_origin_) {
+    std::string_view const t = req.target();
+    if (!t.empty() && t.front() == '/') {
+      target = *tunnel_origin_;
+      target->origin_form = std::string(t);
       return std::nullopt;
     }
-    if (tunnel_origin_) {
-      std::string_view const t = req.target();
-      if (!t.empty() && t.front() == '/') {
-        target = *tunnel_origin_;
-        target->origin_form = std::string(t);
-        return std::nullopt;
-      }
-      target = parse_absolute_target(t);
-      if (!target || target->scheme != tunnel_origin_->scheme || target->host != tunnel_origin_->host ||
-          target->port != tunnel_origin_->port) {
-        target.reset();
-        return bad_request("inside the CONNECT tunnel to " + tunnel_origin_->authority() +
-                           " the target must be origin-form (/path) or a " + tunnel_origin_->scheme +
-                           ":// URL for that origin");
-      }
-      return std::nullopt;
-    }
-    target = parse_absolute_target(req.target());
-    if (!target) {
-      if (!req.target().empty() && req.target().front() == '/') {
-        target = route_target(cfg, req.target());
-        if (target) return std::nullopt;
-        return Problem{400, "not_a_proxy_request", "Not a proxy request",
-                       "origin-form target '" + std::string(req.target()) +
-                           "' matches no gateway route; send absolute-form (http://host/path) through HTTP_PROXY"};
-      }
-      return bad_request("request target is not an absolute http:// or https:// URL");
-    }
-    if (target->scheme != "http") {
-      return bad_request("https:// targets arrive through CONNECT, not in absolute form");
+    target = parse_absolute_target(t);
+    if (!target || target->scheme != tunnel_origin_->scheme || target->host != tunnel_origin_->host ||
+        target->port != tunnel_origin_->port) {
+      target.reset();
+      return bad_request("inside the CONNECT tunnel to " + tunnel_origin_->authority() +
+                         " the target must be origin-form (/path) or a " + tunnel_origin_->scheme +
+                         ":// URL for that origin");
     }
     return std::nullopt;
   }
-
-  // A gateway route: the longest route prefix the origin-form target starts
-  // with maps it onto that route's upstream base URL.
-  static std::optional<Target> route_target(const config::Config& cfg, std::string_view origin) {
-    std::string_view const path = origin.substr(0, origin.find('?'));
-    config::Route const* best = nullptr;
-    for (auto const& r : cfg.routes) {
-      if (path.starts_with(r.prefix) && (!best || r.prefix.size() > best->prefix.size())) best = &r;
+  target = parse_absolute_target(req.target());
+  if (!target) {
+    if (!req.target().empty() && req.target().front() == '/') {
+      target = route_target(cfg, req.target());
+      if (target) return std::nullopt;
+      return Problem{400, "not_a_proxy_request", "Not a proxy request",
+                     "origin-form target '" + std::string(req.target()) +
+                         "' matches no gateway route; send absolute-form (http://host/path) through HTTP_PROXY"};
     }
-    if (!best) return std::nullopt;
-    return proxy::route_target(best->prefix, best->upstream, origin);
+    return bad_request("request target is not an absolute http:// or https:// URL");
   }
-
-  // CONNECT host:port, as plan_connect decides: intercepted (the same
-  // pipeline then serves the requests inside: TLS terminated here, or plain
-  // HTTP when the client's first byte is not a TLS handshake), a blind
-  // tunnel, or refused (a host with tools while tls.intercept is off is
-  // 403 intercept_required, never tunnelled blind past its tools).
-  asio::awaitable<bool> handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
-                                       const Target& target) {
-    bool const can_intercept = cfg.tls.intercept && worker_.tls().minter;
-    auto const plan = plan_connect(cfg, target, can_intercept);
-    if (plan.action == ConnectAction::refuse) {
-      if (plan.problem->reason_code == "intercept_required")
-        log_event("intercept_required", {{"host", target.host}, {"port", target.port}, {"detail", plan.problem->detail}});
-      co_await write_problem(cfg, *plan.problem, 11);
-      co_return false;
-    }
-    if (plan.action == ConnectAction::intercept) {
-      if (auto v = check_egress_host(target, cfg); !v.allowed) {
-        worker_.stats().egress_denied.fetch_add(1, std::memory_order_relaxed);
-        Problem const p = egress_denied(target.host + " is not allowed: " + v.reason);
-        co_await write_problem(cfg, p, 11);
-        co_return false;
-      }
-      co_return co_await intercept(cfg, req, target);
-    }
-    co_await run_tunnel(client_, buffer_, target, cfg, worker_);
-    co_return false;
+  if (target->scheme != "http") {
+    return bad_request("https:// targets arrive through CONNECT, not in absolute form");
   }
+  return std::nullopt;
+}
 
-  asio::awaitable<bool> intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
-                                  const Target& target) {
-    static constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
-    client_.expires_after(cfg.timeouts.client_header);
-    auto [wec, wn] = co_await asio::async_write(client_, asio::buffer(kEstablished, sizeof kEstablished - 1), use_tuple);
-    if (wec) co_return false;
-    // The client speaks first: its first byte tells TLS from plain HTTP.
-    if (buffer_.size() == 0) {
-      client_.expires_after(cfg.timeouts.client_header);
-      auto [rec, rn] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
-      if (rec) co_return false;
-      buffer_.commit(rn);
-    }
-    bool const tls = starts_tls_handshake(*static_cast<const unsigned char*>(buffer_.data().data()));
-    if (tls && !co_await accept_tls(cfg, target)) co_return false;
-    if (request_log_enabled())
-      log_event("request", {{"method", "CONNECT"}, {"host", target.host}, {"port", target.port}, {"status", 200},
-                            {"intercepted", tls ? "tls" : "http"}});
-    Target origin;
-    origin.scheme = tls ? "https" : "http";
-    origin.host = target.host;
-    origin.port = target.port;
-    origin.host_is_ip = target.host_is_ip;
-    origin.origin_form = "/";
-    tunnel_origin_ = std::move(origin);
-    connect_run_ = std::string(req[cfg.runs.header]);
-    connect_auth_ = std::string(req[http::field::proxy_authorization]);
-    co_return !worker_.draining();
+std::optional<Target> Session::route_target(const config::Config& cfg, std::string_view origin) {
+  std::string_view const path = origin.substr(0, origin.find('?'));
+  config::Route const* best = nullptr;
+  for (auto const& r : cfg.routes) {
+    if (path.starts_with(r.prefix) && (!best || r.prefix.size() > best->prefix.size())) best = &r;
   }
+  if (!best) return std::nullopt;
+  return proxy::route_target(best->prefix, best->upstream, origin);
+}
 
-  // The TLS handshake with the agent, over a leaf minted for the host.
-  asio::awaitable<bool> accept_tls(const config::Config& cfg, const Target& target) {
-    // Minting runs on the minter's pool; a cached leaf comes straight back.
-    std::string const host = target.host;
-    auto minted = co_await worker_.tls().minter->async_mint(host, asio::use_awaitable);
-    if (!minted.ok()) {
-      // The client now expects TLS: there is no way to send it a problem.
-      log_event("tls_intercept_failed", {{"host", target.host}, {"error", minted.error}});
-      co_return false;
-    }
-    auto& tls = client_.start_tls(*minted.value);
-    client_.expires_after(cfg.timeouts.client_header);
-    // The bytes read so far are the start of the client's hello.
-    auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, buffer_.data(), use_tuple);
-    buffer_.consume(buffer_.size());
-    if (hec) {
-      log_event("tls_intercept_failed", {{"host", target.host}, {"error", "handshake with the agent: " + hec.message()}});
-      co_return false;
-    }
-    worker_.stats().intercepted.fetch_add(1, std::memory_order_relaxed);
-    co_return true;
-  }
+asio::awaitable<void> Session::write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
+  worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+  co_await send_problem(client_, p, version, false, cfg.timeouts.client_header);
+  if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
+}
 
-  asio::awaitable<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
-    worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-    co_await send_problem(client_, p, version, false, cfg.timeouts.client_header);
-    if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
-  }
+}  // namespace detail
 
-  ProxyStream client_;
-  static constexpr std::size_t read_room = 4096;  // bytes asked of one header read
-  beast::flat_buffer buffer_;
-  unsigned served_ = 0;  // requests this connection carried, counted up to 2
-  std::optional<std::chrono::steady_clock::time_point> buffered_since_;  // an idle wait holding buffer_
-  bool release_ = false;  // the sweep cancelled that wait
-  Worker& worker_;
-  bool idle_ = true;
-  bool body_unread_ = false;
-  std::optional<Target> tunnel_origin_;  // set once a CONNECT was intercepted (https, or http inside)
-  std::string connect_run_;           // the CONNECT's run header, for the requests inside
-  std::string connect_auth_;          // and its Proxy-Authorization
-};
-
-}  // namespace
-
-asio::awaitable<void> serve_connection(tcp::socket socket, Worker& worker) {
-  Session session(std::move(socket), worker);
+boost::asio::awaitable<void> serve_connection(boost::asio::ip::tcp::socket socket, Worker& worker) {
+  detail::Session session(std::move(socket), worker);
   co_await session.run();
 }
 
