@@ -75,10 +75,13 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     } else if (queue_.size() >= options_.queue_limit) {
       why = errc::busy;
     } else {
-      // An outcome after its answer waits a moment for others to share its
-      // commit: at low load one statement and one wake-up records several.
-      // A worker already waiting for an earlier one takes it along.
-      if (auto const* o = job->outcome(); o && o->after_answer && options_.outcome_gather.count() > 0) {
+      // An outcome after its answer, on a lane of its own, waits a moment
+      // for others to share its commit: at low load one statement and one
+      // wake-up records several. A worker already waiting for an earlier one
+      // takes it along. With one lane (SQLite) it would instead join the
+      // next admission's batch, on that request's path: it does not wait.
+      if (auto const* o = job->outcome();
+          lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0) {
         job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
         wake = !timed_wait_ || *timed_wait_ > job->not_before;
       }
@@ -298,8 +301,10 @@ void Ledger::work(Store& store) {
       }
       // What this batch left that can be taken now is another idle
       // worker's (each worker that takes wakes the next: one wake-up per
-      // batch, not one per worker).
-      more = any_startable(now);
+      // batch, not one per worker). So is an outcome still gathering that
+      // no worker waits for any more (this one may have been its timed
+      // waiter): otherwise it would wait for the end of this batch.
+      more = any_startable(now) || (!timed_wait_ && next_start());
       done = stopping_ && queue_.empty();
     }
     // Stopping, the last calls are taken: the other workers may end.

@@ -23,12 +23,14 @@
 // charges one Store::count_calls (by run id) and the first attempts one
 // Store::begin_attempts.
 //
-// An outcome recorded after its answer (Outcome::after_answer) waits up to
-// outcome_gather for others: no batch starts with it before then, but any
-// batch taken meanwhile takes it along. At low load several outcomes then
-// share one statement, one commit and one worker's wake-up, instead of one
-// each; the answers are out already, and until it is durable a retry in
-// this process sees the outcome (proxy/outcome_recorder).
+// With two lanes, an outcome recorded after its answer
+// (Outcome::after_answer) waits up to outcome_gather for others: no batch
+// starts with it before then, but any batch of its lane taken meanwhile
+// takes it along. At low load several outcomes then share one statement,
+// one commit and one worker's wake-up, instead of one each; the answers are
+// out already, and until it is durable a retry in this process sees the
+// outcome (proxy/outcome_recorder). With one lane it does not wait: it would
+// only join the next admission's batch, and lengthen that request's path.
 //
 // Lock order, so that concurrent batches (another replica's) do not
 // deadlock: reservations, intents by id, the calls that lock nothing, runs
@@ -77,7 +79,8 @@ struct LedgerOptions {
   std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::busy
   std::size_t max_batch = 256;         // calls committed together (one transaction) at most
   // How long an outcome recorded after its answer waits for others to share
-  // its commit (see take_batch); a call or batch that comes first takes it.
+  // its commit, with two lanes (see take_batch); a batch of its lane that
+  // comes first takes it.
   Millis outcome_gather{5};
   std::uint64_t response_cap = 256 * 1024;
   config::Redact redact;

@@ -4,6 +4,7 @@
 // others to share their commit, and are still written when the ledger stops.
 #include "gated_ledger.hpp"
 
+#include <algorithm>
 #include <variant>
 
 using namespace idemgate::ledger;
@@ -42,6 +43,45 @@ struct HeldAdmission {
   Loop loop;  // stopped before the ledger goes
   std::future<Result<Admission>> admitted;
 };
+
+// Three workers on gated stores with concurrent writers: outcomes get a
+// writer lane of their own. The stores' calls and transactions are read
+// together (any worker may run a batch).
+struct LaneLedger {
+  explicit LaneLedger(LedgerOptions options) {
+    std::vector<std::unique_ptr<Store>> stores;
+    for (int i = 0; i < 3; ++i) {
+      auto store = std::make_unique<GatedStore>(true);
+      gates.push_back(store.get());
+      stores.push_back(std::move(store));
+    }
+    ledger = std::make_unique<Ledger>(std::move(stores), std::move(options));
+  }
+  void release() {
+    for (auto* g : gates) g->release();
+  }
+  int entered() {
+    int n = 0;
+    for (auto* g : gates) n += g->entered();
+    return n;
+  }
+  std::vector<std::vector<std::string>> transactions() {
+    std::vector<std::vector<std::string>> all;
+    for (auto* g : gates)
+      for (auto& t : g->transactions()) all.push_back(t);
+    return all;
+  }
+  std::vector<Store::Durability> durabilities() {
+    std::vector<Store::Durability> all;
+    for (auto* g : gates)
+      for (auto d : g->durabilities()) all.push_back(d);
+    return all;
+  }
+  std::vector<GatedStore*> gates;
+  std::unique_ptr<Ledger> ledger;
+};
+
+bool gathering_done(std::future<Result<Intent>>& f) { return f.wait_for(0s) == std::future_status::ready; }
 
 Outcome after_answer(std::int64_t id) {
   Outcome o;
@@ -118,56 +158,79 @@ TEST_CASE("unit: outcomes after their answers, and nothing else, commit without 
   CHECK(batch_of({after(2, false)}).empty());
 }
 
-TEST_CASE("unit: an outcome after its answer starts no batch while it gathers, and the next batch takes it") {
+TEST_CASE("unit: an outcome after its answer starts no batch while it gathers, and its lane's next batch takes it") {
   LedgerOptions options;
   options.outcome_gather = std::chrono::hours(1);
-  GatedLedger gated(options);
-  gated.gate->release();
+  LaneLedger lanes(options);
+  lanes.release();
   Loop loop;
-  auto outcome = loop.spawn(gated.ledger->record_outcome(after_answer(2)));
+  auto gathering = loop.spawn(lanes.ledger->record_outcome(after_answer(2)));
   // Queued, and no batch began with it.
-  REQUIRE(wait_until([&] { return gated.ledger->queued() == 1; }));
-  CHECK(gated.gate->entered() == 0);
-  // A call of its lane (one lane here) starts a batch: the outcome joins it.
-  auto lookup = loop.spawn(gated.ledger->find_intent(7));
-  CHECK(lookup.get().error() == errc::not_found);
-  CHECK(outcome.get().has_value());
-  CHECK(gated.gate->transactions() == std::vector<std::vector<std::string>>{{"record_outcome 2", "find_intent"}});
-  CHECK(gated.gate->durabilities() == std::vector<Store::Durability>{Store::Durability::flushed});
+  REQUIRE(wait_until([&] { return lanes.ledger->queued() == 1; }));
+  CHECK(lanes.entered() == 0);
+  // An admission's batch (the other lane) leaves it where it is.
+  AdmitRequest admit{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}};
+  CHECK(loop.spawn(lanes.ledger->admit(admit, {})).get().has_value());
+  CHECK(lanes.ledger->queued() == 1);
+  CHECK(!gathering_done(gathering));
+  // The next batch that may take it does: a lookup's, here.
+  CHECK(loop.spawn(lanes.ledger->find_intent(7)).get().error() == errc::not_found);
+  CHECK(gathering.get().has_value());
+  // In the lookup's transaction, and in no other.
+  auto const all = lanes.transactions();
+  auto const with_it = std::count_if(all.begin(), all.end(), [](const auto& t) {
+    return std::find(t.begin(), t.end(), "record_outcome 2") != t.end();
+  });
+  CHECK(with_it == 1);
+  CHECK(std::count(all.begin(), all.end(), std::vector<std::string>{"record_outcome 2", "find_intent"}) == 1);
 }
 
 TEST_CASE("unit: a gathering outcome alone is written once its time has passed, deferred") {
   LedgerOptions options;
   options.outcome_gather = 200ms;
+  LaneLedger lanes(options);
+  lanes.release();
+  Loop loop;
+  auto const start = std::chrono::steady_clock::now();
+  auto outcome = loop.spawn(lanes.ledger->record_outcome(after_answer(2)));
+  CHECK(outcome.get().has_value());
+  CHECK(std::chrono::steady_clock::now() - start >= options.outcome_gather);
+  CHECK(lanes.transactions() == std::vector<std::vector<std::string>>{{"record_outcome 2"}});
+  CHECK(lanes.durabilities() == std::vector<Store::Durability>{Store::Durability::deferred});
+}
+
+TEST_CASE("unit: with one lane an outcome after its answer does not wait for others") {
+  // It could only join the next admission's batch, on that request's path.
+  LedgerOptions options;
+  options.outcome_gather = std::chrono::hours(1);
   GatedLedger gated(options);
   gated.gate->release();
   Loop loop;
-  auto const start = std::chrono::steady_clock::now();
-  auto outcome = loop.spawn(gated.ledger->record_outcome(after_answer(2)));
-  CHECK(outcome.get().has_value());
-  CHECK(std::chrono::steady_clock::now() - start >= options.outcome_gather);
-  CHECK(gated.gate->transactions() == std::vector<std::vector<std::string>>{{"record_outcome 2"}});
+  CHECK(loop.spawn(gated.ledger->record_outcome(after_answer(2))).get().has_value());
   CHECK(gated.gate->durabilities() == std::vector<Store::Durability>{Store::Durability::deferred});
 }
 
 TEST_CASE("unit: stopping, the ledger still writes the outcomes after their answers it holds") {
   LedgerOptions options;
   options.outcome_gather = std::chrono::hours(1);
-  GatedLedger gated(options);
+  LaneLedger lanes(options);
   Loop loop;
-  // The worker is held in a first call; behind it an outcome after its
-  // answer and a lookup.
-  auto running = loop.spawn(gated.ledger->find_intent(1));
-  REQUIRE(gated.gate->wait_entered(1));
-  auto outcome = loop.spawn(gated.ledger->record_outcome(after_answer(2)));
-  auto lookup = loop.spawn(gated.ledger->find_intent(7));
-  REQUIRE(wait_until([&] { return gated.ledger->queued() == 2; }));
-  std::thread stopping([&] { gated.ledger.reset(); });
-  // The lookup is refused at once; the outcome waits for the worker.
+  // Every worker is held in a first call; behind them a lookup, and an
+  // outcome after its answer, gathering.
+  std::vector<std::future<Result<Intent>>> running;
+  for (int i = 0; i < 3; ++i) {
+    running.push_back(loop.spawn(lanes.ledger->find_intent(i)));
+    REQUIRE(wait_until([&] { return lanes.entered() == i + 1; }));
+  }
+  auto outcome = loop.spawn(lanes.ledger->record_outcome(after_answer(2)));
+  auto lookup = loop.spawn(lanes.ledger->find_intent(7));
+  REQUIRE(wait_until([&] { return lanes.ledger->queued() == 2; }));
+  std::thread stopping([&] { lanes.ledger.reset(); });
+  // The lookup is refused at once; the outcome waits for a worker.
   CHECK(lookup.get().error() == errc::shutting_down);
-  gated.gate->release();
+  lanes.release();
   stopping.join();
-  CHECK(running.get().error() == errc::not_found);
-  // Written by the store (which is gone with the ledger now), not refused.
+  for (auto& r : running) CHECK(r.get().error() == errc::not_found);
+  // Written by a store (gone with the ledger now), not refused.
   CHECK(outcome.get().has_value());
 }
