@@ -381,7 +381,10 @@ std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
         auto const n = static_cast<int>(row.size());
         if (!row[n - 2].is_null())
           out.counted = RunCharge{ChargeOutcome::counted, row[n - 2].as<long long>(), row[n - 1].as<long long>()};
-        if (!row[0].is_null()) out.inserted = read_intent(PgRow(row));
+        if (!row[0].is_null()) {
+          out.inserted = read_intent(PgRow(row));
+          out.inserted->request_snapshot = r.request_snapshot;  // not sent back (admit_alone_sql)
+        }
         return out;
       },
       Commit::one_statement);

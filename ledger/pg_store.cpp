@@ -27,6 +27,15 @@ std::string with_bounds(std::string url) {
   return url;
 }
 
+// intent_columns with the request snapshot left out (NULL): the caller sent
+// it and has it, and it holds the whole (redacted) request body.
+std::string without_snapshot() {
+  std::string columns(intent_columns);
+  std::string_view const snapshot = "request_snapshot";
+  columns.replace(columns.find(snapshot), snapshot.size(), "NULL::text");
+  return columns;
+}
+
 // Store::admit_alone as one statement: the run's charge, the reservation
 // and, when $7 and the charge counted, its first attempt. $1 run, $2 budget,
 // $3 tool, $4 scope, $5 fingerprint, $6 key, $7 begin the attempt, $8 lease
@@ -44,7 +53,7 @@ std::string admit_alone_sql() {
          "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
          "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
          "SELECT id, 1, $12::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
-         "SELECT " + std::string(intent_columns) + ", charge.calls AS charged_calls, charge.budget AS charged_budget "
+         "SELECT " + without_snapshot() + ", charge.calls AS charged_calls, charge.budget AS charged_budget "
          "FROM (SELECT 1) AS one LEFT JOIN ins ON true LEFT JOIN charge ON true";
 }
 

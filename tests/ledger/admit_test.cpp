@@ -61,6 +61,11 @@ LEDGER_CONFORMANCE(admit_one_commit, "admit: charge, reservation and first attem
   CHECK(a.start->attempt == 1);
   CHECK(a.start->intent.state == IntentState::dispatched);
   CHECK(a.start->intent.lease_until.has_value());
+  // The intent as stored, its request snapshot too (PostgreSQL's lone
+  // admission does not read it back: it is the one the request gave).
+  CHECK(a.reservation.intent.request_snapshot + "\n" ==
+        backend.query("SELECT request_snapshot FROM intents WHERE id = " + std::to_string(a.reservation.intent.id)));
+  CHECK(!a.reservation.intent.request_snapshot.empty());
   // One transaction for the admission, one for the outcome.
   CHECK(ledger->stats().batches == 2);
   CHECK(backend.query("SELECT replica_id FROM attempts") == "replica-a\n");
