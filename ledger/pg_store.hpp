@@ -59,8 +59,9 @@ class PgStore final : public Store {
  private:
   // Runs body(pqxx::transaction_base&) in one transaction, or in a savepoint of the open
   // batch(); returns its Result.
-  // one_statement: body sends one statement, its own transaction (no BEGIN
-  // and COMMIT round trips); never inside batch().
+  // one_statement: each statement body sends commits by itself (no BEGIN
+  // and COMMIT round trips): for a body whose first statement does all its
+  // writing (what follows only reads); never inside batch().
   enum class Commit { transaction, one_statement };
   template <class F>
   auto transact(F&& body, Commit commit = Commit::transaction);

@@ -13,45 +13,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Three workers on gated stores; the first admission is held in its store
-// (its writer busy), every other store open.
-struct HeldAdmission {
-  explicit HeldAdmission(bool concurrent_writers) {
+// Three workers on gated stores (with concurrent writers: outcomes get a
+// writer lane of their own). The stores' calls and transactions are read
+// together (any worker may run a batch).
+struct LaneLedger {
+  explicit LaneLedger(LedgerOptions options, bool concurrent_writers = true) {
     std::vector<std::unique_ptr<Store>> stores;
     for (int i = 0; i < 3; ++i) {
       auto store = std::make_unique<GatedStore>(concurrent_writers);
-      gates.push_back(store.get());
-      stores.push_back(std::move(store));
-    }
-    ledger = std::make_unique<Ledger>(std::move(stores), LedgerOptions{});
-    admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
-    REQUIRE(wait_until([&] { return gates[0]->entered() + gates[1]->entered() + gates[2]->entered() == 1; }));
-    for (auto* g : gates)
-      if (g->entered()) held = g;
-    for (auto* g : gates)
-      if (g != held) g->release();
-  }
-  std::future<Result<Intent>> outcome() {
-    Outcome settle;
-    settle.intent_id = 9;
-    settle.attempt = 1;
-    return loop.spawn(ledger->record_outcome(settle));
-  }
-  std::vector<GatedStore*> gates;
-  GatedStore* held = nullptr;
-  std::unique_ptr<Ledger> ledger;
-  Loop loop;  // stopped before the ledger goes
-  std::future<Result<Admission>> admitted;
-};
-
-// Three workers on gated stores with concurrent writers: outcomes get a
-// writer lane of their own. The stores' calls and transactions are read
-// together (any worker may run a batch).
-struct LaneLedger {
-  explicit LaneLedger(LedgerOptions options) {
-    std::vector<std::unique_ptr<Store>> stores;
-    for (int i = 0; i < 3; ++i) {
-      auto store = std::make_unique<GatedStore>(true);
       gates.push_back(store.get());
       stores.push_back(std::move(store));
     }
@@ -65,20 +34,43 @@ struct LaneLedger {
     for (auto* g : gates) n += g->entered();
     return n;
   }
-  std::vector<std::vector<std::string>> transactions() {
-    std::vector<std::vector<std::string>> all;
-    for (auto* g : gates)
-      for (auto& t : g->transactions()) all.push_back(t);
-    return all;
-  }
-  std::vector<Store::Durability> durabilities() {
-    std::vector<Store::Durability> all;
-    for (auto* g : gates)
-      for (auto d : g->durabilities()) all.push_back(d);
-    return all;
-  }
+  std::vector<std::vector<std::string>> transactions() { return all_of(&GatedStore::transactions); }
+  std::vector<Store::Durability> durabilities() { return all_of(&GatedStore::durabilities); }
   std::vector<GatedStore*> gates;
   std::unique_ptr<Ledger> ledger;
+
+ private:
+  template <class T>
+  std::vector<T> all_of(std::vector<T> (GatedStore::*read)()) {
+    std::vector<T> all;
+    for (auto* g : gates)
+      for (auto& item : (g->*read)()) all.push_back(std::move(item));
+    return all;
+  }
+};
+
+// A LaneLedger whose first admission is held in its store (its writer
+// busy), every other store open.
+struct HeldAdmission {
+  explicit HeldAdmission(bool concurrent_writers) : lanes({}, concurrent_writers) {
+    admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+    REQUIRE(wait_until([&] { return lanes.entered() == 1; }));
+    for (auto* g : lanes.gates)
+      if (g->entered()) held = g;
+    for (auto* g : lanes.gates)
+      if (g != held) g->release();
+  }
+  std::future<Result<Intent>> outcome() {
+    Outcome settle;
+    settle.intent_id = 9;
+    settle.attempt = 1;
+    return loop.spawn(ledger->record_outcome(settle));
+  }
+  LaneLedger lanes;
+  std::unique_ptr<Ledger>& ledger = lanes.ledger;
+  GatedStore* held = nullptr;
+  Loop loop;  // stopped before the ledger goes
+  std::future<Result<Admission>> admitted;
 };
 
 bool gathering_done(std::future<Result<Intent>>& f) { return f.wait_for(0s) == std::future_status::ready; }
