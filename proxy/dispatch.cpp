@@ -75,7 +75,7 @@ asio::awaitable<Sent> send_upstream(Call& c, std::string_view key) {
   bool const answered = s.answer.outcome == policy::TransportOutcome::answered;
   std::vector<policy::Header> hv;
   if (answered) hv = header_view(s.answer.response);
-  policy::Answer a{s.answer.outcome, answered ? s.answer.response.result_int() : 0, hv};
+  policy::Answer a{s.answer.outcome, answered ? static_cast<int>(s.answer.response.result_int()) : 0, hv};
   s.cls = policy::classify(a, c.tool, s.at);
   if (c.is_mcp && answered) reclass_mcp_answer(c, s);
   s.egress_refused = s.answer.problem && s.answer.problem->reason_code == "egress_denied";

@@ -54,7 +54,7 @@ const std::string& timestamp() {
   auto const secs = static_cast<std::time_t>(ms_total / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char buf[40];
+  char buf[64];  // room for any int the format could be given (-Wformat-truncation)
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms_total % 1000));
   cached = buf;

@@ -15,8 +15,8 @@ struct Problem {
   std::string reason_code;
   std::string title;
   std::string detail;
-  std::optional<unsigned> retry_after_s;  // also sent as Retry-After
-  boost::json::object extra;             // further members (tool, run, ...)
+  std::optional<unsigned> retry_after_s{};  // also sent as Retry-After
+  boost::json::object extra{};               // further members (tool, run, ...)
 };
 
 // The JSON body, with type "urn:idemgate:problem:<reason_code>". Besides the

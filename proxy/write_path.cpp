@@ -360,8 +360,9 @@ class WritePath {
       o.receipt = policy::receipt_of(c_.tool, s.answer.response.body()).value_or(std::string());
       // The buffer only: an answer longer than limits.guarded_answer is
       // stored as its first bytes, marked truncated.
-      o.response = ledger::StoredResponse{s.answer.response.result_int(), headers_of(s.answer.response),
-                                          s.answer.response.body(), s.answer.tail != nullptr};
+      auto const status = static_cast<int>(s.answer.response.result_int());
+      o.response = ledger::StoredResponse{status, headers_of(s.answer.response), s.answer.response.body(),
+                                          s.answer.tail != nullptr};
       // A session id is the first requester's: never stored for another
       // (whether or not the tool names an MCP tool).
       std::erase_if(o.response->headers, [](const auto& h) { return is_mcp_session_header(h.first); });
