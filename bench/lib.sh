@@ -22,12 +22,18 @@ bench_install() {
   fi
 }
 
+# IDEMGATE_BIN=path measures that binary instead (another commit's build,
+# for a side-by-side run) and builds nothing.
 bench_build() {
-  if [ "${BUILD:-1}" = 1 ]; then
-    cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DIDEMGATE_TESTS=OFF >/dev/null
-    cmake --build build-bench --target idemgate
+  if [ -n "${IDEMGATE_BIN:-}" ]; then
+    IDEMGATE=$IDEMGATE_BIN
+  else
+    if [ "${BUILD:-1}" = 1 ]; then
+      cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DIDEMGATE_TESTS=OFF >/dev/null
+      cmake --build build-bench --target idemgate
+    fi
+    IDEMGATE=$PWD/build-bench/proxy/idemgate
   fi
-  IDEMGATE=$PWD/build-bench/proxy/idemgate
   [ -x "$IDEMGATE" ] || { echo "bench: $IDEMGATE not built" >&2; exit 1; }
 }
 

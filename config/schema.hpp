@@ -1,5 +1,5 @@
 // Internal to config/: the field tables that define every accepted key of the
-// config file (SPEC section 5 plus the operational keys of config.hpp).
+// config file (the documented keys plus the operational keys of config.hpp).
 #pragma once
 
 #include "config/yaml_reader.hpp"
