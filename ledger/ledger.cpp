@@ -30,7 +30,9 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
   options.queue_limit = static_cast<std::size_t>(std::max(1, config.queue_limit));
   options.response_cap = config.response_cap;
   options.redact = redact;
-  return std::make_unique<Ledger>(std::move(*stores), std::move(options));
+  auto ledger = std::make_unique<Ledger>(std::move(*stores), std::move(options));
+  ledger->admit_directly(open_direct_admit(config));
+  return ledger;
 }
 
 Ledger::Ledger(std::vector<std::unique_ptr<Store>> stores, LedgerOptions options)
@@ -45,6 +47,10 @@ Ledger::~Ledger() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    // A direct admission still in flight is one whose io_context no longer
+    // runs (a forced stop): it never releases the writer, and the workers
+    // must not wait for it to write the outcomes they keep.
+    if (direct_writing_) writing_[0] = direct_writing_ = false;
     // Outcomes recorded after their answers are still written (stopping,
     // they start at once): the answers are out, and a lost record costs a
     // reconciliation. The rest complete with shutting_down.
@@ -111,6 +117,28 @@ bool locks_rows(const Ledger::Order& order) {
 }  // namespace
 
 int Ledger::lane_of(const Job& job) const { return lanes_ ? job.lane() : 0; }
+
+bool Ledger::claim_direct() {
+  std::lock_guard lock(mutex_);
+  if (stopping_ || writing_[0]) return false;
+  // Admissions already waiting for the writer: this one joins their batch.
+  for (const auto& job : queue_)
+    if (locks_rows(job->order) && lane_of(*job) == 0) return false;
+  writing_[0] = true;
+  direct_writing_ = true;
+  return true;
+}
+
+void Ledger::release_direct() {
+  bool more = false;
+  {
+    std::lock_guard lock(mutex_);
+    writing_[0] = false;
+    direct_writing_ = false;
+    more = any_startable(std::chrono::steady_clock::now());
+  }
+  if (more) ready_.notify_one();
+}
 
 bool Ledger::takeable(const Job& job) const { return !locks_rows(job.order) || !writing_[lane_of(job)]; }
 

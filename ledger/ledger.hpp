@@ -51,6 +51,7 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "ledger/direct_admit.hpp"
 #include "ledger/errc.hpp"
 #include "ledger/latency_histogram.hpp"
 #include "ledger/redact.hpp"
@@ -99,6 +100,9 @@ struct LedgerStats {
   // is not counted.
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::uint64_t> batched_jobs{0};
+  // Lone admissions whose statement the caller's thread sent (DirectAdmit),
+  // counted in the above as well.
+  std::atomic<std::uint64_t> direct_admissions{0};
   // From a call's enqueue to its result (queueing, the batch, the commit).
   LatencyHistogram latency;
 };
@@ -126,6 +130,10 @@ class Ledger {
   Awaitable<Reservation> reserve_intent(ReserveRequest request, RequestSnapshot snapshot);
   // A guarded write's run charge, reservation and (see AdmitRequest) first
   // attempt: one transaction, sharing its durable commit with the batch.
+  // With a DirectAdmit, a lone admission (the admissions' writer free and
+  // none queued) is sent by the calling thread itself, holding that writer
+  // meanwhile: admissions arriving then queue for the workers' next batch,
+  // as they would behind a worker's.
   Awaitable<Admission> admit(AdmitRequest request, RequestSnapshot snapshot);
   // Steps 3-6: may this process dispatch attempt n+1 now, given the state the
   // verdict was made from? (Store::begin_attempt: compare-and-set, leased.)
@@ -180,6 +188,11 @@ class Ledger {
   std::size_t queued();
   const LedgerOptions& options() const noexcept { return options_; }
 
+  // Lone admissions sent from the caller's thread (Ledger::open sets it for
+  // PostgreSQL). Set once, before the first call.
+  void admit_directly(std::unique_ptr<DirectAdmit> direct) { direct_ = std::move(direct); }
+  DirectAdmit* direct() const noexcept { return direct_.get(); }
+
   // The HMAC key of fingerprints (ledger.fingerprint_key_file): set once at
   // start, before any request, and the same for every process of the ledger.
   void set_fingerprint_key(std::string key) { fingerprint_key_ = std::move(key); }
@@ -218,6 +231,10 @@ class Ledger {
   // When the first takeable call that is still gathering may start.
   std::optional<std::chrono::steady_clock::time_point> next_start() const;
   int lane_of(const Job& job) const;
+  // A direct admission takes the admissions' writer lane when it is free and
+  // no admission is queued for it (false: queue this one).
+  bool claim_direct();
+  void release_direct();
 
   LedgerOptions options_;
   LedgerStats stats_;
@@ -230,11 +247,13 @@ class Ledger {
   // Per writer lane (0: admissions, run charges, attempts; 1: outcomes): a
   // worker runs a batch holding that lane's locking calls.
   bool writing_[2] = {false, false};
+  bool direct_writing_ = false;  // writing_[0] is a direct admission's
   bool lanes_ = false;  // concurrent writers and 3+ workers: outcomes get lane 1
   // The time a worker waits for (a gathering call's not_before), if any: a
   // call gathering until after it needs no wake-up of its own.
   std::optional<std::chrono::steady_clock::time_point> timed_wait_;
   std::vector<std::thread> workers_;
+  std::unique_ptr<DirectAdmit> direct_;
   std::string fingerprint_key_;
 };
 

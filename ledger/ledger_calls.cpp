@@ -44,7 +44,50 @@ Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSna
 Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
   request.reserve.request_snapshot = redact_request(snapshot, options_.redact);
   if (request.first_attempt) request.first_attempt->replica = options_.replica_id;
-  return submit<Admission, AdmitJob>(std::move(request));
+  if (direct_ && direct_->takes(request) && claim_direct()) {
+    auto const start = std::chrono::steady_clock::now();
+    std::optional<Result<AdmitFirst>> first;
+    try {
+      first = co_await direct_->send(request);
+    } catch (...) {
+      release_direct();
+      throw;
+    }
+    // Not released when the frame is destroyed without resuming: that is
+    // the process stopping, the Ledger gone first (see ~Ledger).
+    release_direct();
+    if (first) {
+      if (!*first) {
+        stats_.calls.fetch_add(1, std::memory_order_relaxed);
+        stats_.errors.fetch_add(1, std::memory_order_relaxed);
+        stats_.latency.observe(std::chrono::steady_clock::now() - start);
+        co_return Result<Admission>(first->error());
+      }
+      stats_.direct_admissions.fetch_add(1, std::memory_order_relaxed);
+      stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
+      stats_.reservations.fetch_add(1, std::memory_order_relaxed);
+      if (auto whole = whole_admission(**first)) {
+        stats_.calls.fetch_add(1, std::memory_order_relaxed);
+        stats_.batches.fetch_add(1, std::memory_order_relaxed);
+        stats_.batched_jobs.fetch_add(1, std::memory_order_relaxed);
+        stats_.latency.observe(std::chrono::steady_clock::now() - start);
+        co_return Result<Admission>(std::move(*whole));
+      }
+      // The charge was refused or a live intent holds the fingerprint: the
+      // rest (a read, or the batch's reservation) on a worker, counted as
+      // this admission's call. The charge may be committed already: a
+      // refusal of the rest is not "nothing written" (busy, shutting_down)
+      // but unavailable, as when a worker's second transaction fails.
+      Order order{Order::reservations, {}, 0};
+      auto op = [request, done = std::move(**first)](Store& s) { return s.finish_admission(request, done); };
+      auto rest = co_await call<Admission>(std::move(order), std::move(op));
+      if (!rest && (rest.error() == errc::busy || rest.error() == errc::shutting_down))
+        co_return Result<Admission>(errc::unavailable);
+      co_return rest;
+    }
+    // Nothing was written: the workers do it.
+  }
+  co_return co_await submit<Admission, AdmitJob>(std::move(request));
 }
 
 Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {

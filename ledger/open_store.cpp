@@ -1,6 +1,7 @@
 // Backend selection by URL (see open_store.hpp).
 #include "ledger/open_store.hpp"
 
+#include "ledger/pg_direct.hpp"
 #include "ledger/pg_store.hpp"
 #include "ledger/sqlite_store.hpp"
 
@@ -27,6 +28,11 @@ Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& co
     return boost::system::error_code(errc::invalid_argument);
   }
   return stores;
+}
+
+std::unique_ptr<DirectAdmit> open_direct_admit(const config::Ledger& config) {
+  if (!config.url.starts_with("postgresql://") && !config.url.starts_with("postgres://")) return nullptr;
+  return std::make_unique<PgDirectAdmit>(config.url, config.statement_timeout);
 }
 
 std::string fingerprint_key_path(const config::Ledger& config) {

@@ -357,55 +357,78 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
   return results;
 }
 
-std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
+namespace pg {
+
+std::array<std::string, admit_alone_param_count> admit_alone_params(const AdmitRequest& a) {
   const auto& r = a.reserve;
-  // An agent's key is checked against its bindings before anything is
-  // written: the batch does that.
-  if (batch_ || !r.agent_key.empty() || !valid(r) || a.budget <= 0) return std::nullopt;
   bool const wants = a.first_attempt && a.first_attempt->max_attempts > 0;
-  struct First {
-    std::optional<RunCharge> counted;
-    std::optional<Intent> inserted;
-  };
+  return {r.run,
+          std::to_string(a.budget),
+          r.tool,
+          r.scope,
+          r.fingerprint,
+          r.key,
+          wants ? "true" : "false",
+          std::to_string(wants ? a.first_attempt->lease.count() : 0),
+          r.request_snapshot,
+          std::to_string(r.window.count()),
+          std::to_string(r.unknown_ttl.count()),
+          wants ? a.first_attempt->replica : std::string()};
+}
+
+AdmitFirst read_admit_first(const detail::RowView& row, int columns, const ReserveRequest& request) {
+  AdmitFirst out;
+  if (!row.is_null(columns - 2))
+    out.counted = RunCharge{ChargeOutcome::counted, row.int64(columns - 2), row.int64(columns - 1)};
+  if (!row.is_null(0)) {
+    out.inserted = read_intent(row);
+    out.inserted->request_snapshot = request.request_snapshot;  // not sent back (admit_alone_sql)
+  }
+  return out;
+}
+
+bool admits_alone(const AdmitRequest& a) { return a.reserve.agent_key.empty() && valid(a.reserve) && a.budget > 0; }
+
+}  // namespace pg
+
+std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
+  if (batch_ || !admits_alone(a)) return std::nullopt;
   // The run's charge, the reservation and its first attempt in one
   // statement (its own transaction: one round trip). The attempt begins only
   // when the charge counted and the reservation is fresh, as in the batch.
   auto first = transact(
       [&](pqxx::transaction_base& w) {
-        auto rows = w.exec_prepared(
-            "admit_alone", r.run, a.budget, r.tool, r.scope, r.fingerprint, r.key, wants,
-            wants ? a.first_attempt->lease.count() : std::int64_t{0}, r.request_snapshot, r.window.count(),
-            r.unknown_ttl.count(), wants ? a.first_attempt->replica : std::string());
-        First out;
-        const auto& row = rows[0];
-        auto const n = static_cast<int>(row.size());
-        if (!row[n - 2].is_null())
-          out.counted = RunCharge{ChargeOutcome::counted, row[n - 2].as<long long>(), row[n - 1].as<long long>()};
-        if (!row[0].is_null()) {
-          out.inserted = read_intent(PgRow(row));
-          out.inserted->request_snapshot = r.request_snapshot;  // not sent back (admit_alone_sql)
-        }
-        return out;
+        auto p = admit_alone_params(a);
+        auto rows = w.exec_prepared("admit_alone", p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+                                    p[10], p[11]);
+        return read_admit_first(PgRow(rows[0]), static_cast<int>(rows[0].size()), a.reserve);
       },
       Commit::one_statement);
   if (!first) return Result<Admission>(first.error());
+  return finish_admission(a, std::move(*first));
+}
+
+Result<Admission> PgStore::finish_admission(const AdmitRequest& a, AdmitFirst first) {
+  bool const counted = first.counted.has_value();
+  if (auto whole = whole_admission(first)) return Result<Admission>(std::move(*whole));
+  const auto& r = a.reserve;
   Admission admission;
-  if (first->counted) {
-    admission.charge = *first->counted;
+  if (first.counted) {
+    admission.charge = *first.counted;
   } else {
     auto run = find_run(r.run);
     if (!run) return Result<Admission>(run.error());
     admission.charge = RunCharge{charge_refusal(*run, CallKind::write), run->calls, run->budget};
   }
-  if (first->inserted) {
-    admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first->inserted), false};
+  if (first.inserted) {
+    admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first.inserted), false};
     admission.reservation.started = admission.reservation.intent.state == IntentState::dispatched;
   } else {
     // A live intent holds the fingerprint: the batch's reservation (read it
     // back, or supersede it if its window has passed), without the charge,
     // which counted already.
     ReserveRequest again = r;
-    if (wants && first->counted)
+    if (counted && a.first_attempt && a.first_attempt->max_attempts > 0)
       again.start = ReserveRequest::Start{a.first_attempt->lease, a.first_attempt->replica};
     auto reserved = std::move(reserve_intents({&again, 1}).front());
     if (!reserved) return Result<Admission>(reserved.error());

@@ -12,9 +12,8 @@
 
 namespace idemgate::ledger {
 
-namespace {
+namespace pg {
 
-// libpq options bounding a silent peer, unless the URL sets them itself.
 std::string with_bounds(std::string url) {
   for (const char* option : {"connect_timeout=5", "keepalives=1", "keepalives_idle=10",
                              "keepalives_interval=5", "keepalives_count=3",
@@ -27,6 +26,14 @@ std::string with_bounds(std::string url) {
   return url;
 }
 
+std::string session_settings(Millis statement_timeout) {
+  auto ms = std::to_string(statement_timeout.count());
+  return "SET statement_timeout = " + ms + "; SET lock_timeout = " + ms +
+         "; SET idle_in_transaction_session_timeout = " + ms + "; SET synchronous_commit = on";
+}
+
+namespace {
+
 // intent_columns with the request snapshot left out (NULL): the caller sent
 // it and has it, and it holds the whole (redacted) request body.
 std::string without_snapshot() {
@@ -36,10 +43,11 @@ std::string without_snapshot() {
   return columns;
 }
 
-// Store::admit_alone as one statement: the run's charge, the reservation
-// and, when $7 and the charge counted, its first attempt. $1 run, $2 budget,
-// $3 tool, $4 scope, $5 fingerprint, $6 key, $7 begin the attempt, $8 lease
-// ms, $9 request snapshot, $10 window ms, $11 unknown ttl ms, $12 replica.
+}  // namespace
+
+// $1 run, $2 budget, $3 tool, $4 scope, $5 fingerprint, $6 key, $7 begin
+// the attempt, $8 lease ms, $9 request snapshot, $10 window ms, $11 unknown
+// ttl ms, $12 replica (admit_alone_params).
 std::string admit_alone_sql() {
   return "WITH charge AS (INSERT INTO runs (run_id, budget, calls) VALUES ($1::text, $2::bigint, 1) "
          "ON CONFLICT (run_id) DO UPDATE SET calls = runs.calls + 1, updated_at = now() "
@@ -56,6 +64,8 @@ std::string admit_alone_sql() {
          "SELECT " + without_snapshot() + ", charge.calls AS charged_calls, charge.budget AS charged_budget "
          "FROM (SELECT 1) AS one LEFT JOIN ins ON true LEFT JOIN charge ON true";
 }
+
+namespace {
 
 // Store::record_outcomes for one round (an intent once): the function of
 // migration 0007 (its planner settings and lock order are its own), its
@@ -89,6 +99,8 @@ std::string reserve_intents_sql() {
 
 }  // namespace
 
+}  // namespace pg
+
 PgStore::PgStore(std::string url, Millis statement_timeout)
     : url_(with_bounds(std::move(url))), statement_timeout_(statement_timeout) {}
 
@@ -104,12 +116,9 @@ error_code PgStore::connect() {
   try {
     auto c = std::make_unique<Connection>(url_);
     pqxx::nontransaction setup(c->c);
-    auto ms = std::to_string(statement_timeout_.count());
     // A blocking statement is bounded here, not by the caller: the worker
     // thread gets its answer (or 57014) within statement_timeout.
-    setup.exec("SET statement_timeout = " + ms + "; SET lock_timeout = " + ms +
-               "; SET idle_in_transaction_session_timeout = " + ms +
-               "; SET synchronous_commit = on");
+    setup.exec(session_settings(statement_timeout_));
     setup.commit();
     // admit_alone's statement, planned once per connection (its plan is
     // most of its server time at one connection).

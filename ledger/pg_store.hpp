@@ -33,6 +33,7 @@ class PgStore final : public Store {
   std::vector<Result<RunCharge>> count_calls(std::span<const ChargeRequest> requests) override;
   bool concurrent_writers() const noexcept override { return true; }
   std::optional<Result<Admission>> admit_alone(const AdmitRequest&) override;
+  Result<Admission> finish_admission(const AdmitRequest&, AdmitFirst) override;
   Result<Intent> record_outcome(const Outcome&) override;
   std::vector<Result<Intent>> record_outcomes(std::span<const Outcome>) override;
   Result<Intent> find_intent(std::int64_t intent_id) override;

@@ -10,12 +10,11 @@
 // templates, so defined here.
 #pragma once
 
+#include "ledger/pg_admit.hpp"
 #include "ledger/pg_store.hpp"
 #include "ledger/store_support.hpp"
 
 #include <pqxx/pqxx>
-
-#include <poll.h>
 
 #include <optional>
 #include <string>
@@ -85,13 +84,6 @@ inline Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
   return read_intent(PgRow(rows[0]));
 }
 
-// Connection failures and server shutdowns drop the connection; the rest
-// keep it.
-inline bool is_connection_state(const std::string& sqlstate) {
-  return sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
-         sqlstate == "57P03";
-}
-
 // One parameter of a prepared statement that carries a column of many rows:
 // a PostgreSQL array literal, each element double-quoted with \ and "
 // escaped (NULL unquoted). With unnest() in the statement, a batch of any
@@ -145,16 +137,6 @@ class ArrayParam {
   void next() { text_ += text_.size() == 1 ? "" : ","; }
   std::string text_ = "{";
 };
-
-// An idle connection has nothing to read: if its socket is readable (or hung
-// up), the server ended the session (restart, admin shutdown, idle timeout).
-// Checking before use turns a restart into a reconnect instead of a failed
-// call, and keeps libpqxx away from the dead connection.
-inline bool ended_by_server(int socket) {
-  if (socket < 0) return true;
-  pollfd p{socket, POLLIN, 0};
-  return ::poll(&p, 1, 0) != 0;
-}
 
 // A subtransaction whose SAVEPOINT is sent at once. libpqxx 6.4 sends it
 // lazily, on the first exec(), but not on exec_prepared() or exec_params():

@@ -73,6 +73,13 @@ class Store {
   // (count_calls, reserve_intents with a start) gives. nullopt: not done,
   // nothing written; the Ledger then runs the batch.
   virtual std::optional<Result<Admission>> admit_alone(const AdmitRequest&) { return std::nullopt; }
+  // What admit_alone's one statement did, when it did not do the whole
+  // admission (the charge refused, or a live intent holds the fingerprint):
+  // the rest of it, as admit_alone does it after that statement. For a
+  // lone admission whose statement was sent by a DirectAdmit.
+  virtual Result<Admission> finish_admission(const AdmitRequest&, AdmitFirst) {
+    return Result<Admission>(boost::system::error_code(errc::storage_failure));
+  }
 
   // Reserves each request, all in one transaction (group commit). For each
   // scope+fingerprint exactly one caller across all processes gets

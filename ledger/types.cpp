@@ -44,4 +44,14 @@ std::optional<EscalationState> parse_escalation_state(std::string_view t) noexce
   return parse<EscalationState>(t, escalation_names);
 }
 
+std::optional<Admission> whole_admission(AdmitFirst& first) {
+  if (!first.counted || !first.inserted) return std::nullopt;
+  Admission admission;
+  admission.charge = *first.counted;
+  bool const started = first.inserted->state == IntentState::dispatched;
+  admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first.inserted), started};
+  if (started) admission.start = AttemptStart{AttemptOutcome::started, 1, admission.reservation.intent};
+  return admission;
+}
+
 }  // namespace idemgate::ledger

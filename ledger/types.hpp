@@ -199,7 +199,7 @@ struct ChargeRequest {
 struct FirstAttempt {
   int max_attempts = 1;
   Millis lease{0};
-  std::string replica;  // filled by Ledger::admit
+  std::string replica{};  // filled by Ledger::admit
 };
 
 struct AdmitRequest {
@@ -216,6 +216,18 @@ struct Admission {
   // intent could not be begun after all.
   std::optional<AttemptStart> start;
 };
+
+// What a lone admission's one statement (Store::admit_alone) did: the
+// charge when it counted, the intent when it was inserted (begun when the
+// charge counted and a first attempt was asked for).
+struct AdmitFirst {
+  std::optional<RunCharge> counted;
+  std::optional<Intent> inserted;
+};
+
+// The Admission when the statement did all of it (counted and inserted);
+// nullopt when Store::finish_admission has the rest to do.
+std::optional<Admission> whole_admission(AdmitFirst& first);
 
 struct Run {
   std::string id;

@@ -157,6 +157,8 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
     w.single("idemgate_ledger_transaction_calls_total", "counter",
              "Calls those transactions carried (divided by transactions: the mean batch size).", load(ls.batched_jobs));
     w.single("idemgate_ledger_reservations_total", "counter", "Intents reserved.", load(ls.reservations));
+    w.single("idemgate_ledger_direct_admissions_total", "counter",
+             "Lone admissions written from the network thread itself (PostgreSQL).", load(ls.direct_admissions));
     w.histogram("idemgate_ledger_call_duration_seconds", "Ledger calls from enqueue to result, commit included.",
                 {&ls.latency});
   }

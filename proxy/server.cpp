@@ -104,6 +104,7 @@ boost::json::object process_totals(const std::vector<std::unique_ptr<Worker>>& w
           {"ledger_calls_committed", l.batched_jobs.load(std::memory_order_relaxed)},
           {"ledger_reserve_commits", l.reserve_batches.load(std::memory_order_relaxed)},
           {"ledger_reservations", l.reservations.load(std::memory_order_relaxed)},
+          {"ledger_direct_admissions", l.direct_admissions.load(std::memory_order_relaxed)},
           {"log_lines", log.lines},
           {"log_lines_dropped", log.dropped}};
 }

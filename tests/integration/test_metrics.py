@@ -66,6 +66,24 @@ class MetricsCases:
         self.assertEqual(check.returncode, 0, check.stdout.decode() + check.stderr.decode())
 
 
+    def test_lone_admissions_are_written_from_the_network_thread_on_postgresql_only(self):
+        # Its connection is made after start: a write before that goes
+        # through the workers, as does every write on SQLite.
+        count = [0]
+
+        def direct():
+            count[0] += 1
+            self.assertEqual(self.call("POST", "/v1/tickets", {"title": "t%d" % count[0]}).status, 200)
+            lines = metric_lines(self.proxy.admin("GET", "/metrics").body.decode(),
+                                 "idemgate_ledger_direct_admissions_total")
+            self.assertEqual(len(lines), 1, lines)
+            return float(lines[0].split()[-1])
+        if self.BACKEND == "sqlite":
+            self.assertEqual(direct(), 0)
+        else:
+            wait_until(lambda: direct() >= 1, 30, "a lone admission written directly")
+
+
 class SqliteMetrics(AdminBackends, MetricsCases, unittest.TestCase):
     BACKEND = "sqlite"
 
