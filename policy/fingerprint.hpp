@@ -45,7 +45,7 @@ struct FingerprintInput {
   std::string_view content_type;      // the Content-Type header value, may be empty
   std::string_view body;
   HeaderView headers{};               // all request headers; only the configured ones are read
-  std::string_view key;               // the HMAC key (ledger.fingerprint_key_file); every process of one ledger has the same
+  std::string_view key{};             // the HMAC key (ledger.fingerprint_key_file); every process of one ledger has the same
 };
 
 enum class BodyKind { empty, json, form, raw };
