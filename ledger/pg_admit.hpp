@@ -15,6 +15,9 @@
 
 namespace idemgate::ledger::pg {
 
+// The URL with `option` ("name=value") added, unless it sets that name
+// itself.
+std::string with_default(std::string url, std::string_view option);
 // The URL with libpq's options bounding a silent peer (connect_timeout,
 // TCP keepalives, tcp_user_timeout) unless it sets them itself.
 std::string with_bounds(std::string url);
@@ -48,6 +51,10 @@ inline bool ended_by_server(int socket) {
   pollfd p{socket, POLLIN, 0};
   return ::poll(&p, 1, 0) != 0;
 }
+
+// The server cancelled the statement (statement_timeout, lock_timeout): the
+// caller is told busy.
+inline bool is_timeout_state(std::string_view sqlstate) { return sqlstate == "57014" || sqlstate == "55P03"; }
 
 // Connection failures and server shutdowns drop the connection; the rest
 // keep it.

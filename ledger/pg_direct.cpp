@@ -114,7 +114,7 @@ Refused refused(const PGresult* result) {
   // transaction of theirs would be. A connection ended by the server: their
   // own connections find out and reconnect.
   if (state == "40001" || state == "40P01" || pg::is_connection_state(state)) return Refused::queue;
-  if (state == "57014" || state == "55P03") return Refused::busy;
+  if (pg::is_timeout_state(state)) return Refused::busy;
   return Refused::failed;
 }
 
@@ -160,19 +160,10 @@ class Watch {
 
 }  // namespace
 
-namespace {
-
-// Named, so that an operator (and a test) can tell it in pg_stat_activity.
-std::string named(std::string url) {
-  if (url.find("application_name=") != std::string::npos) return url;
-  url += url.find('?') == std::string::npos ? '?' : '&';
-  return url + "application_name=" + std::string(PgDirectAdmit::application_name);
-}
-
-}  // namespace
-
 PgDirectAdmit::PgDirectAdmit(std::string url, Millis statement_timeout)
-    : url_(named(pg::with_bounds(std::move(url)))),
+    // Named, so that an operator (and a test) can tell it in pg_stat_activity.
+    : url_(pg::with_default(pg::with_bounds(std::move(url)),
+                            "application_name=" + std::string(PgDirectAdmit::application_name))),
       statement_timeout_(statement_timeout),
       state_(std::make_shared<State>()),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
@@ -215,7 +206,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
   }
   auto executor = co_await asio::this_coro::executor;
   // libpq's socket, lent to the caller's reactor for this admission (and
-  // handed back, never closed, before the connection is: see settle).
+  // handed back, never closed, before the connection is: see Lent).
   asio::posix::stream_descriptor socket(executor);
   error_code ec;
   socket.assign(fd, ec);
@@ -244,7 +235,6 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
     }
     ~Lent() { settle(false); }
   } lent{*state, socket, *watch, connection};
-  auto settle = [&](bool keep) { lent.settle(keep); };
 
   auto params = pg::admit_alone_params(request);
   const char* values[pg::admit_alone_param_count];
@@ -252,7 +242,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
   // Failing here, the message left whole or not at all short of its Sync,
   // without which the server commits nothing.
   if (!PQsendQueryPrepared(c, "admit_alone", pg::admit_alone_param_count, values, nullptr, nullptr, 0)) {
-    settle(false);
+    lent.settle(false);
     co_return Out();
   }
   // From here on the statement may commit. A silent server is bounded by
@@ -264,7 +254,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
     if (!e) watch->expire();
   });
   auto lost = [&] {
-    settle(false);
+    lent.settle(false);
     return Out(Result<AdmitFirst>(error_code(errc::unavailable)));
   };
 
@@ -275,7 +265,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
   }
   if (flushed < 0) {
     // The rest of the message, its Sync with it, never left.
-    settle(false);
+    lent.settle(false);
     co_return Out();
   }
   // The statement's result, then nothing more, is the normal end. Its
@@ -316,10 +306,10 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
   if (status == PGRES_TUPLES_OK && error_after) co_return lost();
   if (status == PGRES_TUPLES_OK && PQntuples(result.get()) == 1) {
     auto first = pg::read_admit_first(ResultRow(result.get()), PQnfields(result.get()), request.reserve);
-    settle(alive);
+    lent.settle(alive);
     co_return Out(Result<AdmitFirst>(std::move(first)));
   }
-  settle(alive);
+  lent.settle(alive);
   if (status == PGRES_FATAL_ERROR) {
     // It rolled back: nothing is written.
     auto const why = refused(result.get());

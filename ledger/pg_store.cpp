@@ -14,15 +14,18 @@ namespace idemgate::ledger {
 
 namespace pg {
 
+std::string with_default(std::string url, std::string_view option) {
+  std::string const name(option.substr(0, option.find('=') + 1));
+  if (url.find(name) != std::string::npos) return url;
+  url += url.find('?') == std::string::npos ? '?' : '&';
+  url += option;
+  return url;
+}
+
 std::string with_bounds(std::string url) {
-  for (const char* option : {"connect_timeout=5", "keepalives=1", "keepalives_idle=10",
-                             "keepalives_interval=5", "keepalives_count=3",
-                             "tcp_user_timeout=30000"}) {
-    std::string_view name(option, std::string_view(option).find('='));
-    if (url.find(std::string(name) + "=") != std::string::npos) continue;
-    url += url.find('?') == std::string::npos ? '?' : '&';
-    url += option;
-  }
+  for (std::string_view option : {"connect_timeout=5", "keepalives=1", "keepalives_idle=10", "keepalives_interval=5",
+                                  "keepalives_count=3", "tcp_user_timeout=30000"})
+    url = with_default(std::move(url), option);
   return url;
 }
 

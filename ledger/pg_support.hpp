@@ -219,8 +219,7 @@ Result<T> PgStore::in_savepoint(F& body) {
       if (is_connection_state(e.sqlstate())) return fail_batch(errc::unavailable);
       // The batch's transaction is aborted (a savepoint was not rolled back).
       if (e.sqlstate() == "25P02") return fail_batch(errc::storage_failure);
-      error = e.sqlstate() == "57014" || e.sqlstate() == "55P03" ? errc::busy
-                                                                  : errc::storage_failure;
+      error = is_timeout_state(e.sqlstate()) ? errc::busy : errc::storage_failure;
     } catch (const std::exception&) {
       error = errc::storage_failure;
     }
@@ -271,8 +270,7 @@ auto PgStore::transact(F&& body, Commit commit) {
         drop_connection();
         return Result<T>(error_code(errc::unavailable));
       }
-      if (e.sqlstate() == "57014" || e.sqlstate() == "55P03")
-        return Result<T>(error_code(errc::busy));
+      if (is_timeout_state(e.sqlstate())) return Result<T>(error_code(errc::busy));
       return Result<T>(error_code(errc::storage_failure));
     } catch (const std::exception&) {
       drop_connection();
