@@ -90,14 +90,18 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
           lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0) {
         job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
         wake = !timed_wait_ || *timed_wait_ > job->not_before;
+      } else {
+        // A call waiting for its lane's writer is that writer's next batch
+        // (it looks again when it finishes): waking an idle worker now
+        // would only put it back to sleep, a context switch per call.
+        wake = takeable(*job);
       }
       queue_.push_back(std::move(job));
     }
   }
   if (!why) {
     // Idle workers are alike (any of them may take any call that can be
-    // taken now): one is enough. A call that must wait for its lane's writer
-    // is taken when that writer finishes (it wakes them all).
+    // taken now): one is enough.
     if (wake) ready_.notify_one();
     return true;
   }
@@ -142,8 +146,19 @@ void Ledger::release_direct() {
 
 bool Ledger::takeable(const Job& job) const { return !locks_rows(job.order) || !writing_[lane_of(job)]; }
 
+std::chrono::steady_clock::time_point Ledger::start_time(const Job& job) const {
+  // A gathering outcome does not start while a direct admission is on the
+  // wire (for up to one more outcome_gather): its statement would share the
+  // server's CPUs, and its WAL, with the admission that a request waits
+  // for. release_direct wakes a worker for it as soon as the admission is
+  // back.
+  bool const gathering = job.not_before != std::chrono::steady_clock::time_point{};
+  if (gathering && direct_writing_) return job.not_before + options_.outcome_gather;
+  return job.not_before;
+}
+
 bool Ledger::startable(const Job& job, std::chrono::steady_clock::time_point now) const {
-  return takeable(job) && (stopping_ || job.not_before <= now);
+  return takeable(job) && (stopping_ || start_time(job) <= now);
 }
 
 bool Ledger::any_startable(std::chrono::steady_clock::time_point now) const {
@@ -153,7 +168,7 @@ bool Ledger::any_startable(std::chrono::steady_clock::time_point now) const {
 std::optional<std::chrono::steady_clock::time_point> Ledger::next_start() const {
   std::optional<std::chrono::steady_clock::time_point> next;
   for (const auto& job : queue_)
-    if (takeable(*job) && (!next || job->not_before < *next)) next = job->not_before;
+    if (takeable(*job) && (!next || start_time(*job) < *next)) next = start_time(*job);
   return next;
 }
 
@@ -270,13 +285,20 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
     return o && o->after_answer;
   });
   auto const durability = deferred ? Store::Durability::deferred : Store::Durability::flushed;
+  // Admissions and nothing else: each of their steps is one statement for
+  // the whole batch (the charges, the reservations, the first attempts), so
+  // a step that fails fails them all anyway. Without savepoints the batch
+  // is a third of the round trips, and a failure leaves no charge committed
+  // for a reservation that was not.
+  bool const admissions = std::all_of(batch.begin(), batch.end(), [](const auto& job) { return job->admission(); });
   error_code failed;
   if (batch.size() == 1 && !batch.front()->multi_step() && !deferred) {
     body();  // its own transaction: no savepoint needed
-  } else if (batch.size() == 1) {
-    // One caller's steps (an admission alone) share its fate: no savepoints.
-    // A deadlock or serialisation failure rolled all of it back: run it
-    // again, as a savepoint would have, a bounded number of times.
+  } else if (batch.size() == 1 || admissions) {
+    // One caller's steps (an admission alone), or admissions alone, share
+    // their fate: no savepoints. A deadlock or serialisation failure rolled
+    // all of it back: run it again, as a savepoint would have, a bounded
+    // number of times.
     for (int tries = 0; tries < 3; ++tries) {
       failed = store.batch(body, Store::Calls::together, durability);
       if (failed != errc::conflict) break;
@@ -342,22 +364,18 @@ void Ledger::work(Store& store) {
       ready_.notify_one();
     }
     run_batch(store, batch);
-    bool last = false;
     if (writer) {
+      bool last = false;
       {
         std::lock_guard lock(mutex_);
         writing_[lane] = false;
-        // The calls that queued up meanwhile are the next batch (those still
-        // gathering are this worker's next wait).
-        more = any_startable(std::chrono::steady_clock::now());
         last = stopping_;
       }
-      // Stopping, the other workers wait for this one's calls to end.
-      if (last) {
-        ready_.notify_all();
-      } else if (more) {
-        ready_.notify_one();
-      }
+      // The calls that queued up meanwhile are the next batch: this worker,
+      // awake already, takes it at the top of the loop (and wakes another
+      // for what it leaves). Stopping, the other workers wait for this
+      // one's calls to end.
+      if (last) ready_.notify_all();
     }
   }
 }

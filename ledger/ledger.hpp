@@ -227,6 +227,9 @@ class Ledger {
   // gathering time is over, or the ledger is stopping). mutex_ held.
   bool takeable(const Job& job) const;
   bool startable(const Job& job, std::chrono::steady_clock::time_point now) const;
+  // When `job` may start, if takeable (a gathering outcome's not_before, or
+  // later). mutex_ held.
+  std::chrono::steady_clock::time_point start_time(const Job& job) const;
   bool any_startable(std::chrono::steady_clock::time_point now) const;
   // When the first takeable call that is still gathering may start.
   std::optional<std::chrono::steady_clock::time_point> next_start() const;
