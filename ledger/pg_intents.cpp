@@ -315,15 +315,28 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         note.text("settled by reconciliation: " + o.answer_class);
       }
       auto const ids = id.str();
+      // After their answers the ids alone come back (Store::record_outcome).
+      bool const ids_only =
+          std::all_of(round.begin(), round.end(), [&](auto i) { return outcomes[i].after_answer; });
       std::map<std::int64_t, Intent> settled;
       for (const auto& row :
-           w.exec_prepared("record_outcomes", ids, state.str(), answer_class.str(), status.str(), retry_ms.str(),
-                           waive.str(), receipt.str(), has_response.str(), response_status.str(),
-                           response_headers.str(), response_body.str(), response_truncated.str(), attempt.str(),
-                           attempt_state.str(), sources.str(), note.str(), deferring_)) {
-        auto intent = read_intent(PgRow(row));
+           w.exec_prepared(ids_only ? "record_outcomes_ids" : "record_outcomes", ids, state.str(), answer_class.str(),
+                           status.str(), retry_ms.str(), waive.str(), receipt.str(), has_response.str(),
+                           response_status.str(), response_headers.str(), response_body.str(),
+                           response_truncated.str(), attempt.str(), attempt_state.str(), sources.str(), note.str(),
+                           deferring_)) {
+        Intent intent;
+        if (ids_only) {
+          intent.id = row[0].as<std::int64_t>();
+        } else {
+          intent = read_intent(PgRow(row));
+        }
         settled[intent.id] = std::move(intent);
       }
+      if (ids_only)
+        for (auto i : round)
+          if (auto found = settled.find(outcomes[i].intent_id); found != settled.end())
+            found->second.state = outcomes[i].state;
       // The rest were refused: illegal_transition when the intent exists.
       std::set<std::int64_t> exists;
       if (settled.size() < round.size())

@@ -112,6 +112,10 @@ class Store {
   // refused once another attempt began). Settling an intent as completed,
   // denied or retryable also settles its open money_unknown /
   // tool_outcome_unknown escalations (state completed, resolved_by idemgate).
+  // An outcome after its answer (Outcome::after_answer) may come back as the
+  // intent's id and new state alone: its recorder only needs to know that
+  // it landed, and the whole row (the stored response with it) would cross
+  // the wire for nothing.
   virtual Result<Intent> record_outcome(const Outcome& outcome) = 0;
   // record_outcome for each outcome, applied in order (an intent's second
   // outcome after its first). One result per outcome, in outcome order.

@@ -112,6 +112,56 @@ LEDGER_CONFORMANCE(record_outcomes_batched,
                       " AND state = 'dispatched'") == "1\n");
 }
 
+// Outcomes after their answers (Outcome::after_answer), as the recorder off
+// the request path sends them: each result names its own intent and the
+// state it moved to (PostgreSQL sends nothing more back), a refused one is
+// still an error, and what is stored is the whole outcome.
+LEDGER_CONFORMANCE(record_outcomes_after_answer,
+                   "outcomes after their answers come back as their intents' ids and new states") {
+  REQUIRE(migrate(backend.config).has_value());
+  auto store = open_store(backend);
+  std::vector<std::int64_t> ids;
+  for (const char* fp : {"aa-a", "aa-b", "aa-c"}) ids.push_back(reserve(*store, fp));
+  for (auto id : {ids[0], ids[2]}) REQUIRE(store->begin_attempt(attempt_now(*store, id), "replica-a").has_value());
+  // In descending id order: the results must follow the outcomes, not the
+  // order the statement settles them in.
+  std::vector<Outcome> outcomes;
+  Outcome unknown_c;
+  unknown_c.intent_id = ids[2];
+  unknown_c.attempt = 1;
+  unknown_c.state = IntentState::unknown;
+  unknown_c.answer_class = "unknown";
+  outcomes.push_back(unknown_c);
+  outcomes.push_back(completed(ids[1], 1));  // no attempt began: illegal_transition
+  auto answered_a = completed(ids[0], 1);
+  answered_a.response = StoredResponse{200, {{"Content-Type", "application/json"}}, "{\"id\":\"x\"}", false};
+  outcomes.push_back(answered_a);
+  for (auto& o : outcomes) o.after_answer = true;
+
+  std::vector<Result<Intent>> results;
+  auto failed = store->batch([&] { results = store->record_outcomes(outcomes); }, Store::Calls::isolated,
+                             Store::Durability::deferred);
+  REQUIRE_MESSAGE(!failed, failed.message());
+  REQUIRE(results.size() == 3);
+  REQUIRE(results[0].has_value());
+  CHECK(results[0]->id == ids[2]);
+  CHECK(results[0]->state == IntentState::unknown);
+  CHECK(results[1].error() == errc::illegal_transition);
+  REQUIRE(results[2].has_value());
+  CHECK(results[2]->id == ids[0]);
+  CHECK(results[2]->state == IntentState::completed);
+
+  auto again = open_store(backend);
+  auto a = again->find_intent(ids[0]);
+  REQUIRE(a.has_value());
+  CHECK(a->state == IntentState::completed);
+  CHECK(a->receipt == "r-" + std::to_string(ids[0]));
+  REQUIRE(a->response.has_value());
+  CHECK(a->response->body == "{\"id\":\"x\"}");
+  CHECK(again->find_intent(ids[2])->state == IntentState::unknown);
+  CHECK(again->find_intent(ids[1])->state == IntentState::reserved);
+}
+
 TEST_CASE("postgresql: a value the server refuses fails its own outcome only, not the batched statement's others" *
           doctest::test_suite("db")) {
   auto backend = postgresql_backend();
