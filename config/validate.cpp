@@ -102,6 +102,10 @@ class Checker {
       report("ledger.url", "ledger.url must start with sqlite: or postgresql://, got '" + url + "'");
     else if (url == "sqlite:")
       report("ledger.url", "ledger.url needs a file path after sqlite:");
+    // A poll on the network thread: past a few milliseconds it would hold
+    // up every other connection of that thread.
+    if (config_.ledger.admit_spin > std::chrono::milliseconds(10))
+      report("ledger.admit_spin", "must be at most 10ms");
   }
 
   void check_tls() {

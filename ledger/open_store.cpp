@@ -32,7 +32,7 @@ Result<std::vector<std::unique_ptr<Store>>> open_stores(const config::Ledger& co
 
 std::unique_ptr<DirectAdmit> open_direct_admit(const config::Ledger& config) {
   if (!config.url.starts_with("postgresql://") && !config.url.starts_with("postgres://")) return nullptr;
-  return std::make_unique<PgDirectAdmit>(config.url, config.statement_timeout);
+  return std::make_unique<PgDirectAdmit>(config.url, config.statement_timeout, config.admit_spin);
 }
 
 std::string fingerprint_key_path(const config::Ledger& config) {

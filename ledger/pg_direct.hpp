@@ -3,7 +3,9 @@
 // statement and awaits its row through its own reactor. One admission at a
 // time uses it (the Ledger gives it the admissions' writer lane while it is
 // in flight); with the connection in use, not connected yet, or lost, the
-// admission is queued for the workers as before.
+// admission is queued for the workers as before. While the statement is on
+// its way the caller's thread first polls for the answer, for up to `spin`
+// (ledger.admit_spin), and then waits in its event loop.
 //
 // A thread of its own connects (and sets the session up, and prepares the
 // statement), bounded by the URL's connect_timeout, at start and again after
@@ -23,7 +25,9 @@ namespace idemgate::ledger {
 
 class PgDirectAdmit final : public DirectAdmit {
  public:
-  PgDirectAdmit(std::string url, Millis statement_timeout);
+  // spin: how long the caller's thread polls for the answer before it
+  // waits in its event loop (see send).
+  PgDirectAdmit(std::string url, Millis statement_timeout, std::chrono::microseconds spin = {});
   ~PgDirectAdmit() override;
   PgDirectAdmit(const PgDirectAdmit&) = delete;
   PgDirectAdmit& operator=(const PgDirectAdmit&) = delete;
@@ -48,6 +52,7 @@ class PgDirectAdmit final : public DirectAdmit {
 
   std::string url_;
   Millis statement_timeout_;
+  std::chrono::microseconds spin_;
   std::shared_ptr<State> state_;
   int stop_fd_ = -1;  // eventfd: readable once stopping (interrupts a connect)
   std::thread connector_;
