@@ -46,7 +46,7 @@ struct Ledger {
   int queue_limit = 1024;               // pending operations before ledger_busy
   Duration statement_timeout = std::chrono::seconds(5);
   // How long the network thread polls for a lone admission's answer before
-  // it waits in its event loop (PostgreSQL; 0: never). See docs/ledger.md.
+  // it waits in its event loop (PostgreSQL; 0ms: never). See docs/ledger.md.
   Duration admit_spin = std::chrono::milliseconds(1);
   std::uint64_t response_cap = 256 * 1024;  // stored response bytes for replay
   // The HMAC key of fingerprints; empty: fingerprint.key beside a SQLite

@@ -89,7 +89,7 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
       if (auto const* o = job->outcome();
           lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0) {
         job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
-        wake = !timed_wait_ || *timed_wait_ > job->not_before;
+        wake = !timed_wait_ || *timed_wait_ > start_time(*job);
       } else {
         // A call waiting for its lane's writer is that writer's next batch
         // (it looks again when it finishes): waking an idle worker now
@@ -139,7 +139,10 @@ void Ledger::release_direct() {
     std::lock_guard lock(mutex_);
     writing_[0] = false;
     direct_writing_ = false;
-    more = any_startable(std::chrono::steady_clock::now());
+    // What can start now, or a gathering outcome whose timed waiter (if
+    // any) sleeps past its time now that the admission is back.
+    auto const next = next_start();
+    more = any_startable(std::chrono::steady_clock::now()) || (next && (!timed_wait_ || *next < *timed_wait_));
   }
   if (more) ready_.notify_one();
 }

@@ -66,22 +66,12 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
       ids.text(run);
       limits.number(budget);
     }
-    auto const id_list = ids.str();
+    // Created if missing and locked, in run id order, by one statement.
     std::map<std::string, Run> runs;
-    auto lock = [&] {
-      for (const auto& row : w.exec_prepared("runs_lock", id_list)) {
-        auto run = read_run(PgRow(row));
-        auto id = run.id;
-        runs[id] = std::move(run);
-      }
-    };
-    // The runs exist but for a run's first calls: lock them first, and
-    // create only when one is missing (then lock again), one round trip in
-    // the usual case instead of two.
-    lock();
-    if (runs.size() < budgets.size()) {
-      w.exec_prepared("runs_create", id_list, limits.str());
-      lock();
+    for (const auto& row : w.exec_prepared("runs_take", ids.str(), limits.str())) {
+      auto run = read_run(PgRow(row));
+      auto id = run.id;
+      runs[id] = std::move(run);
     }
     std::map<std::string, std::int64_t> added;
     std::vector<Result<RunCharge>> done;

@@ -132,10 +132,14 @@ error_code PgStore::connect() {
     c->c.prepare("reserve_intents", reserve_intents_sql());
     // Store::count_calls: the runs created, locked once each in id order,
     // then counted ($1 run ids, $2 budgets or counts).
-    c->c.prepare("runs_create", "INSERT INTO runs (run_id, budget) SELECT * FROM unnest($1::text[], $2::bigint[]) "
-                                "ON CONFLICT (run_id) DO NOTHING");
-    c->c.prepare("runs_lock", "SELECT run_id, state, calls, budget, reason FROM runs WHERE run_id = ANY ($1::text[]) "
-                              "ORDER BY run_id FOR UPDATE");
+    // count_calls' runs ($1 ids, $2 budgets of new ones), each created if
+    // missing and locked, in id order (the lock order), one round trip: the
+    // no-op update locks and returns a run that exists (a HOT update: no
+    // indexed column changes).
+    c->c.prepare("runs_take", "INSERT INTO runs (run_id, budget) SELECT v.id, v.budget FROM "
+                              "unnest($1::text[], $2::bigint[]) AS v(id, budget) ORDER BY v.id "
+                              "ON CONFLICT (run_id) DO UPDATE SET budget = runs.budget "
+                              "RETURNING run_id, state, calls, budget, reason");
     c->c.prepare("runs_add", "UPDATE runs SET calls = calls + v.n, updated_at = now() "
                              "FROM unnest($1::text[], $2::bigint[]) AS v(id, n) WHERE runs.run_id = v.id");
     // record_outcomes: which of a round's refused intents exist ($1 ids).
