@@ -48,6 +48,10 @@ struct Ledger {
   // How long the network thread polls for a lone admission's answer before
   // it waits in its event loop (PostgreSQL; 0ms: never). See docs/ledger.md.
   Duration admit_spin = std::chrono::milliseconds(1);
+  // How long an outcome recorded after its answer waits for others to share
+  // its commit (PostgreSQL with pool_size 3 or more; 0ms: none). See
+  // docs/ledger.md.
+  Duration outcome_gather = std::chrono::milliseconds(20);
   std::uint64_t response_cap = 256 * 1024;  // stored response bytes for replay
   // The HMAC key of fingerprints; empty: fingerprint.key beside a SQLite
   // ledger file, ./var/fingerprint.key for PostgreSQL. Created 0600 if missing.

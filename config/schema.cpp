@@ -127,6 +127,7 @@ const Fields<Ledger>& ledger_fields() {
       integer_field("queue_limit", &Ledger::queue_limit, 1, 1'000'000),
       field("statement_timeout", &Ledger::statement_timeout),
       field("admit_spin", &Ledger::admit_spin),
+      field("outcome_gather", &Ledger::outcome_gather),
       size_field("response_cap", &Ledger::response_cap),
       field("fingerprint_key_file", &Ledger::fingerprint_key_file),
   };

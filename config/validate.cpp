@@ -106,6 +106,11 @@ class Checker {
     // up every other connection of that thread.
     if (config_.ledger.admit_spin > std::chrono::milliseconds(10))
       report("ledger.admit_spin", "must be at most 10ms");
+    // The time an answered outcome may stay in memory only: a crash loses
+    // it to its lease (then unknown, then reconciliation), and an
+    // in-process retry of a retryable answer waits that long.
+    if (config_.ledger.outcome_gather > std::chrono::milliseconds(100))
+      report("ledger.outcome_gather", "must be at most 100ms");
   }
 
   void check_tls() {

@@ -29,6 +29,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
   options.replica_id = std::move(replica_id);
   options.queue_limit = static_cast<std::size_t>(std::max(1, config.queue_limit));
   options.response_cap = config.response_cap;
+  options.outcome_gather = config.outcome_gather;
   options.redact = redact;
   auto ledger = std::make_unique<Ledger>(std::move(*stores), std::move(options));
   ledger->admit_directly(open_direct_admit(config));

@@ -82,7 +82,7 @@ struct LedgerOptions {
   // How long an outcome recorded after its answer waits for others to share
   // its commit, with two lanes (see take_batch); a batch of its lane that
   // comes first takes it.
-  Millis outcome_gather{5};
+  Millis outcome_gather{20};  // ledger.outcome_gather
   std::uint64_t response_cap = 256 * 1024;
   config::Redact redact;
 };

@@ -226,3 +226,11 @@ TEST_CASE("unit: stopping, the ledger still writes the outcomes after their answ
   // Written by a store (gone with the ledger now), not refused.
   CHECK(outcome.get().has_value());
 }
+
+TEST_CASE("unit: Ledger::open gathers outcomes for ledger.outcome_gather") {
+  auto backend = sqlite_backend();
+  backend->config.outcome_gather = 37ms;
+  auto ledger = open_ledger(*backend);
+  CHECK(ledger->options().outcome_gather == 37ms);
+  CHECK(LedgerOptions{}.outcome_gather == idemgate::config::Ledger{}.outcome_gather);  // one default
+}
