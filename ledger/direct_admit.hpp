@@ -23,13 +23,17 @@ class DirectAdmit {
   virtual bool takes(const AdmitRequest& request) const = 0;
   // Sends the statement and awaits its row, on the caller's executor (the
   // awaiting coroutine's thread does the waiting, through its reactor).
+  // spin: the thread may poll for the row for a moment before it waits in
+  // its event loop (an implementation's own bound), serving nothing else
+  // meanwhile: for when it has nothing else to serve.
   // nullopt: nothing was written (no connection yet, the server ended it,
   // a deadlock it rolled back): the caller queues the admission instead.
   // An error is the admission's: errc::unavailable when the connection was
   // lost after the statement left (its fate is unknown: the caller fails
   // closed, and its retry finds whatever did get committed), busy when the
   // server cancelled it (statement or lock timeout), storage_failure.
-  virtual boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request) = 0;
+  virtual boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request,
+                                                                         bool spin) = 0;
 };
 
 }  // namespace idemgate::ledger

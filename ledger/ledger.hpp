@@ -257,6 +257,10 @@ class Ledger {
   std::optional<std::chrono::steady_clock::time_point> timed_wait_;
   std::vector<std::thread> workers_;
   std::unique_ptr<DirectAdmit> direct_;
+  // Admissions asked for so far, and whether none came while the last
+  // direct admission was on the wire (then the next one may poll).
+  std::atomic<std::uint64_t> admissions_{0};
+  std::atomic<bool> alone_{true};
   std::string fingerprint_key_;
 };
 

@@ -208,7 +208,7 @@ int PgDirectAdmit::backend_pid() {
   return state_->idle ? PQbackendPID(state_->idle->c) : 0;
 }
 
-asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const AdmitRequest& request) {
+asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const AdmitRequest& request, bool spin) {
   using Out = std::optional<Result<AdmitFirst>>;
   std::shared_ptr<State> state = state_;
   auto connection = state->take();
@@ -291,11 +291,12 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
   // way the row's fate is unknown.
   ResultPtr result;
   bool error_after = false;
-  // The first wait for the answer polls for up to spin_ before it sleeps
-  // in the event loop: a CPU that went idle for the length of a durable
-  // commit wakes late, on a virtual machine by a few hundred microseconds
-  // (measured: the guarded p50 at one connection fell by 0.3-0.4 ms).
-  bool spun = false;
+  // Asked to, the first wait for the answer polls for up to spin_ before it
+  // sleeps in the event loop: a CPU that went idle for the length of a
+  // durable commit wakes late, on a virtual machine by a few hundred
+  // microseconds (measured: the guarded p50 at one connection fell by
+  // 0.3-0.4 ms).
+  bool spun = !spin;
   for (;;) {
     bool done = false;
     while (!PQisBusy(c)) {

@@ -26,14 +26,15 @@ namespace idemgate::ledger {
 class PgDirectAdmit final : public DirectAdmit {
  public:
   // spin: how long the caller's thread polls for the answer before it
-  // waits in its event loop (see send).
+  // waits in its event loop, when send is asked to.
   PgDirectAdmit(std::string url, Millis statement_timeout, std::chrono::microseconds spin = {});
   ~PgDirectAdmit() override;
   PgDirectAdmit(const PgDirectAdmit&) = delete;
   PgDirectAdmit& operator=(const PgDirectAdmit&) = delete;
 
   bool takes(const AdmitRequest& request) const override;
-  boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request) override;
+  boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request,
+                                                                 bool spin) override;
 
   // Its application_name, unless the URL sets one.
   static constexpr std::string_view application_name = "idemgate-direct-admit";

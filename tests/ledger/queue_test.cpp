@@ -5,6 +5,10 @@
 // writes, and an admission is one transaction in three steps.
 #include "gated_ledger.hpp"
 
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
 using namespace std::chrono_literals;
@@ -227,4 +231,83 @@ TEST_CASE("unit: an admission runs its charge first, then its reservation, which
   auto single = loop.spawn(ledger->admit(alone, {}));
   REQUIRE(single.get().has_value());
   CHECK(gate.transactions().size() == 2);
+}
+
+namespace {
+
+// A DirectAdmit that holds each send until the test lets it end (then it
+// answers busy: written or not does not matter here), recording whether
+// the ledger let it poll for its answer.
+class HeldDirect final : public DirectAdmit {
+ public:
+  bool takes(const AdmitRequest&) const override { return true; }
+  boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest&, bool spin) override {
+    std::size_t number = 0;
+    {
+      std::lock_guard lock(mutex_);
+      spins_.push_back(spin);
+      number = spins_.size();
+    }
+    boost::asio::steady_timer wait(co_await boost::asio::this_coro::executor);
+    auto const until = std::chrono::steady_clock::now() + deadline;
+    while (ended() < number && std::chrono::steady_clock::now() < until) {
+      wait.expires_after(1ms);
+      co_await wait.async_wait(boost::asio::use_awaitable);
+    }
+    co_return Result<AdmitFirst>(boost::system::error_code(errc::busy));
+  }
+  std::vector<bool> spins() {
+    std::lock_guard lock(mutex_);
+    return spins_;
+  }
+  void end_one() {
+    std::lock_guard lock(mutex_);
+    ++ended_;
+  }
+
+ private:
+  std::size_t ended() {
+    std::lock_guard lock(mutex_);
+    return ended_;
+  }
+  std::mutex mutex_;
+  std::vector<bool> spins_;
+  std::size_t ended_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("unit: a direct admission may poll for its answer only if none came while the last one was out") {
+  GatedLedger gated;
+  gated.gate->release();
+  auto held = std::make_unique<HeldDirect>();
+  auto& direct = *held;
+  gated.ledger->admit_directly(std::move(held));
+  auto& ledger = *gated.ledger;
+  Loop loop;
+  auto admit = [&](const std::string& fp) {
+    AdmitRequest request{reserve_request(fp, "k-" + fp, "run-s"), 10, FirstAttempt{3, Millis(1000)}};
+    return loop.spawn(ledger.admit(request, {}));
+  };
+  // The first may: nothing came before it.
+  auto first = admit("fp-1");
+  REQUIRE(wait_until([&] { return direct.spins().size() == 1; }));
+  // Another comes while it is out: queued for the workers (the writer is
+  // the direct one's), and taken once it is back.
+  auto second = admit("fp-2");
+  REQUIRE(wait_until([&] { return ledger.queued() == 1; }));
+  direct.end_one();
+  CHECK(first.get().error() == errc::busy);
+  CHECK(second.get().has_value());
+  // The next must not poll: under load the thread has other work.
+  auto third = admit("fp-3");
+  REQUIRE(wait_until([&] { return direct.spins().size() == 2; }));
+  direct.end_one();
+  CHECK(third.get().error() == errc::busy);
+  // Nothing came while that one was out: the next may again.
+  auto fourth = admit("fp-4");
+  REQUIRE(wait_until([&] { return direct.spins().size() == 3; }));
+  direct.end_one();
+  CHECK(fourth.get().error() == errc::busy);
+  CHECK(direct.spins() == std::vector<bool>{true, false, true});
 }
