@@ -94,7 +94,7 @@ struct Limits {
   std::uint64_t request_line = 8 * 1024;
   std::uint64_t inspect_body = 1024 * 1024;
   std::uint64_t request_body = 0;  // 0: unlimited (streamed)
-  std::uint32_t upstream_pool = 64;  // idle upstream connections kept per host:port per thread
+  std::uint32_t upstream_pool = 256;  // idle upstream connections kept per host:port per thread
   std::uint32_t max_connections = 100000;
   // Body bytes of one guarded answer held in memory; the rest streams on
   // to the client (and the stored copy is marked truncated).

@@ -57,12 +57,24 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, R
 }
 
 void UpstreamPool::give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c) {
-  auto& list = idle_[key];
-  if (list.size() >= max_idle_per_key_) {
+  if (max_idle_per_key_ == 0) {
     ++stats_.dropped_full;
     return;
   }
-  c->idle_since = std::chrono::steady_clock::now();
+  auto& list = idle_[key];
+  auto const now = std::chrono::steady_clock::now();
+  // The list is in the order the connections came back, oldest first.
+  // Those idle for idle_ttl are closed here (no take would use them), and
+  // a full list closes its oldest: the one just back is the likeliest to
+  // stay alive, and a pool full of stale connections would otherwise drop
+  // every fresh one.
+  std::size_t stale = 0;
+  while (stale < list.size() && now - list[stale]->idle_since >= idle_ttl_) ++stale;
+  std::size_t const full = list.size() - stale >= max_idle_per_key_ ? list.size() - stale - max_idle_per_key_ + 1 : 0;
+  stats_.dropped_stale += stale;
+  stats_.dropped_full += full;
+  list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(stale + full));
+  c->idle_since = now;
   c->stream.expires_never();
   list.push_back(std::move(c));
 }

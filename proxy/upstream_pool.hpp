@@ -52,7 +52,8 @@ public:
   // that do not qualify for `reuse` stay pooled for other callers.
   std::unique_ptr<UpstreamConnection> take(const std::string& key, Reuse reuse = Reuse::any);
 
-  // Keeps c for reuse unless the pool for key is full.
+  // Keeps c for reuse. The connections for key idle for idle_ttl are closed
+  // first, and when max_idle_per_key are still idle the oldest of them.
   void give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c);
 
   void clear();

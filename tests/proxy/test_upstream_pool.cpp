@@ -48,3 +48,39 @@ TEST_CASE("pool: past half the Keep-Alive timeout a write opens a fresh connecti
   CHECK(pool.take("http://a:80", Reuse::known_alive) == nullptr);
   CHECK(pool.take("http://a:80", Reuse::any) != nullptr);
 }
+
+TEST_CASE("pool: a full pool keeps the connection just back and closes its oldest") {
+  boost::asio::io_context ioc;
+  UpstreamPool pool(2, 60s);
+  pool.give_back("http://a:80", connection(ioc, 10s));
+  pool.give_back("http://a:80", connection(ioc, 20s));
+  pool.give_back("http://a:80", connection(ioc, 30s));
+  CHECK(pool.idle_count() == 2);
+  CHECK(pool.stats().dropped_full == 1);
+  auto newest = pool.take("http://a:80");
+  REQUIRE(newest != nullptr);
+  CHECK(newest->keep_alive_timeout == std::chrono::steady_clock::duration(30s));
+  auto next = pool.take("http://a:80");
+  REQUIRE(next != nullptr);
+  CHECK(next->keep_alive_timeout == std::chrono::steady_clock::duration(20s));
+  CHECK(pool.take("http://a:80") == nullptr);
+}
+
+TEST_CASE("pool: connections idle for the idle time are closed when another comes back") {
+  boost::asio::io_context ioc;
+  UpstreamPool pool(8, 1ns);  // any time idle is the whole idle time
+  pool.give_back("http://a:80", connection(ioc, 10s));
+  pool.give_back("http://a:80", connection(ioc, 20s));
+  CHECK(pool.stats().dropped_stale == 1);
+  CHECK(pool.idle_count() == 1);
+  pool.give_back("http://b:80", connection(ioc, 20s));  // another upstream's list is its own
+  CHECK(pool.idle_count() == 2);
+}
+
+TEST_CASE("pool: a pool of size 0 keeps nothing") {
+  boost::asio::io_context ioc;
+  UpstreamPool pool(0, 60s);
+  pool.give_back("http://a:80", connection(ioc, 10s));
+  CHECK(pool.idle_count() == 0);
+  CHECK(pool.stats().dropped_full == 1);
+}
