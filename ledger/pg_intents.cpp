@@ -98,6 +98,13 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
                                              key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
                                              lease_ms.str(), replica)) {
         auto intent = read_intent(PgRow(row));
+        // Not sent back (reserve_intents_sql): the request this row is.
+        for (auto i : which)
+          if (requests[i].scope == intent.scope && requests[i].fingerprint == intent.fingerprint &&
+              requests[i].key == intent.key) {
+            intent.request_snapshot = requests[i].request_snapshot;
+            break;
+          }
         inserted.insert(intent.id);
         auto key = std::pair{intent.scope, intent.fingerprint};
         rows[key] = std::move(intent);

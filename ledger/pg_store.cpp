@@ -83,7 +83,8 @@ std::string record_outcomes_sql(std::string_view columns) {
 
 // Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
 // order) that get in, each with attempt 1 begun when its $9 is set (lease
-// $10 ms, replica $11), come back whole; the others conflict.
+// $10 ms, replica $11), come back whole but for their request snapshots
+// (the caller has them); the others conflict.
 std::string reserve_intents_sql() {
   return "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
          "request_snapshot, window_ms, unknown_ttl_ms, window_until) "
@@ -97,7 +98,7 @@ std::string reserve_intents_sql() {
          "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
          "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
          "SELECT id, 1, $11::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
-         "SELECT " + std::string(intent_columns) + " FROM ins";
+         "SELECT " + without_snapshot() + " FROM ins";
 }
 
 }  // namespace

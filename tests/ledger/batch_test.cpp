@@ -326,6 +326,7 @@ LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges stor
   requests.back().request_snapshot = "{\"body\":\"" + odd + "\"}";
   requests.push_back(reserve_request("", "key-empty-fp", "run-2"));  // refused: no fingerprint
   requests.push_back(reserve_request("fp-plain", "key-plain", "NULL"));
+  requests.back().request_snapshot = "{\"plain\":true}";
   std::vector<ChargeRequest> charges{{"run-" + odd, 5, CallKind::write}, {"NULL", 5, CallKind::write},
                                      {"run-" + odd, 5, CallKind::read}};
   std::vector<Result<Reservation>> reserved;
@@ -339,6 +340,10 @@ LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges stor
   REQUIRE(reserved[0].has_value());
   CHECK(reserved[1].error() == errc::invalid_argument);
   REQUIRE(reserved[2].has_value());
+  // The reservation carries the snapshot it stored (PostgreSQL does not
+  // send it back: the request had it).
+  CHECK(reserved[0]->intent.request_snapshot == "{\"body\":\"" + odd + "\"}");
+  CHECK(reserved[2]->intent.request_snapshot == "{\"plain\":true}");
   auto again = open_store(backend);
   auto first = again->find_intent(reserved[0]->intent.id);
   REQUIRE(first.has_value());
