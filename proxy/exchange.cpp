@@ -176,7 +176,7 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& re
       continue;
     }
     if (sent == Sent::answered_reusable && !worker.draining())
-      worker.pool().give_back(pool_key, std::move(up));
+      worker.give_back(pool_key, std::move(up));
     co_return answer;
   }
 }
@@ -217,7 +217,7 @@ asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, Ans
   auto const relayed = co_await relay_body(up.stream, up.buffer, p, client, sr, cfg.timeouts.idle, 0);
   if (relayed.failure != RelayFailure::none) co_return false;
   if (p.keep_alive() && !p.need_eof() && up.buffer.size() == 0 && !worker.draining())
-    worker.pool().give_back(tail->pool_key, std::move(tail->up));
+    worker.give_back(tail->pool_key, std::move(tail->up));
   co_return out.keep_alive();
 }
 

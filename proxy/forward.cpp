@@ -261,7 +261,7 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
   }
   ++up->requests;
   if (rp->keep_alive() && !rp->need_eof() && up->buffer.size() == 0 && !worker.draining()) {
-    worker.pool().give_back(pool_key, std::move(up));
+    worker.give_back(pool_key, std::move(up));
   }
   x.log();
   co_return ForwardResult{client_keep_alive};

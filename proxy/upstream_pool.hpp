@@ -56,11 +56,19 @@ public:
   // first, and when max_idle_per_key are still idle the oldest of them.
   void give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c);
 
+  // Closes every connection idle for idle_ttl, whichever upstream it is
+  // for (give_back does so only for the upstream coming back).
+  void prune();
+  std::chrono::steady_clock::duration idle_ttl() const noexcept { return idle_ttl_; }
+
   void clear();
   std::size_t idle_count() const noexcept;
   const UpstreamPoolStats& stats() const noexcept { return stats_; }
 
 private:
+  std::size_t stale_prefix(const std::vector<std::unique_ptr<UpstreamConnection>>& list,
+                           std::chrono::steady_clock::time_point now) const;
+
   std::size_t max_idle_per_key_;
   std::chrono::steady_clock::duration idle_ttl_;
   std::unordered_map<std::string, std::vector<std::unique_ptr<UpstreamConnection>>> idle_;

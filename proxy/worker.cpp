@@ -38,9 +38,31 @@ void Worker::sweep(boost::system::error_code ec) {
   if (stats_.idle_buffered.load(std::memory_order_relaxed) != 0) idle_buffer_held();
 }
 
+void Worker::give_back(const std::string& pool_key, std::unique_ptr<UpstreamConnection> c) {
+  pool_.give_back(pool_key, std::move(c));
+  arm_pool_sweep();
+}
+
+void Worker::arm_pool_sweep() {
+  if (pool_sweep_armed_ || draining_ || pool_.idle_count() == 0) return;
+  pool_sweep_armed_ = true;
+  pool_sweep_.expires_after(pool_.idle_ttl());
+  pool_sweep_.async_wait([this](boost::system::error_code ec) { prune_pool(ec); });
+}
+
+void Worker::prune_pool(boost::system::error_code ec) {
+  pool_sweep_armed_ = false;
+  if (ec || draining_) return;
+  // Connections to an upstream that gets no more traffic would otherwise
+  // stay open (and past the upstream's own timeout, half-closed) for good.
+  pool_.prune();
+  arm_pool_sweep();
+}
+
 void Worker::begin_drain() {
   draining_ = true;
   sweep_.cancel();  // a pending sweep would keep the context's run() from returning
+  pool_sweep_.cancel();
   pool_.clear();
   // close_if_idle() may end a session, which removes it from the set.
   std::vector<Drainable*> snapshot(sessions_.begin(), sessions_.end());

@@ -89,6 +89,9 @@ public:
   boost::asio::io_context& context() noexcept { return ioc_; }
   ConfigSource& config() noexcept { return config_; }
   UpstreamPool& pool() noexcept { return pool_; }
+  // Pools an upstream connection for reuse (UpstreamPool::give_back); idle
+  // ones are closed within twice timeouts.idle, traffic or not.
+  void give_back(const std::string& pool_key, std::unique_ptr<UpstreamConnection> c);
   WorkerStats& stats() noexcept { return stats_; }
   DecisionStats& decisions() noexcept { return decisions_; }
   ledger::Ledger* ledger() noexcept { return ledger_; }
@@ -112,6 +115,8 @@ public:
 
 private:
   void sweep(boost::system::error_code ec);
+  void arm_pool_sweep();
+  void prune_pool(boost::system::error_code ec);
 
   // Declared before ioc_, so destroyed after it: destroying the context
   // destroys the frames of sessions still suspended in it (the threads
@@ -135,6 +140,8 @@ private:
   bool draining_ = false;
   boost::asio::steady_timer sweep_{ioc_};
   bool sweep_armed_ = false;
+  boost::asio::steady_timer pool_sweep_{ioc_};
+  bool pool_sweep_armed_ = false;
 };
 
 }  // namespace idemgate::proxy

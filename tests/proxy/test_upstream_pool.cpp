@@ -84,3 +84,19 @@ TEST_CASE("pool: a pool of size 0 keeps nothing") {
   CHECK(pool.idle_count() == 0);
   CHECK(pool.stats().dropped_full == 1);
 }
+
+TEST_CASE("pool: prune closes every upstream's connections idle for the idle time, and nothing newer") {
+  boost::asio::io_context ioc;
+  UpstreamPool stale_pool(8, 1ns);  // any time idle is the whole idle time
+  stale_pool.give_back("http://a:80", connection(ioc, 10s));
+  stale_pool.give_back("http://b:80", connection(ioc, 10s));
+  stale_pool.prune();
+  CHECK(stale_pool.idle_count() == 0);
+  CHECK(stale_pool.stats().dropped_stale == 2);
+
+  UpstreamPool fresh_pool(8, 60s);
+  fresh_pool.give_back("http://a:80", connection(ioc, 10s));
+  fresh_pool.prune();
+  CHECK(fresh_pool.idle_count() == 1);
+  CHECK(fresh_pool.take("http://a:80") != nullptr);
+}
