@@ -98,13 +98,6 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
                                              key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
                                              lease_ms.str(), replica)) {
         auto intent = read_intent(PgRow(row));
-        // Not sent back (reserve_intents_sql): the request this row is.
-        for (auto i : which)
-          if (requests[i].scope == intent.scope && requests[i].fingerprint == intent.fingerprint &&
-              requests[i].key == intent.key) {
-            intent.request_snapshot = requests[i].request_snapshot;
-            break;
-          }
         inserted.insert(intent.id);
         auto key = std::pair{intent.scope, intent.fingerprint};
         rows[key] = std::move(intent);
@@ -137,6 +130,12 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
           rows[key] = std::move(intent);
         }
     }
+    // The rows inserted come back without their snapshots
+    // (reserve_intents_sql): the request whose key the row holds has it.
+    for (auto i : live)
+      if (auto found = rows.find({requests[i].scope, requests[i].fingerprint});
+          found != rows.end() && inserted.count(found->second.id) && found->second.key == requests[i].key)
+        found->second.request_snapshot = requests[i].request_snapshot;
     std::string binds;
     for (auto i : live) {
       const auto& r = requests[i];

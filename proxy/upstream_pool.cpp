@@ -57,12 +57,13 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, R
   return nullptr;
 }
 
-std::size_t UpstreamPool::stale_prefix(const std::vector<std::unique_ptr<UpstreamConnection>>& list,
-                                       std::chrono::steady_clock::time_point now) const {
+void UpstreamPool::drop_stale(std::vector<std::unique_ptr<UpstreamConnection>>& list,
+                              std::chrono::steady_clock::time_point now) {
   // The list is in the order the connections came back, oldest first.
   std::size_t stale = 0;
   while (stale < list.size() && now - list[stale]->idle_since >= idle_ttl_) ++stale;
-  return stale;
+  stats_.dropped_stale += stale;
+  list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(stale));
 }
 
 void UpstreamPool::give_back(const std::string& key, std::unique_ptr<UpstreamConnection> c) {
@@ -76,11 +77,10 @@ void UpstreamPool::give_back(const std::string& key, std::unique_ptr<UpstreamCon
   // a full list closes its oldest: the one just back is the likeliest to
   // stay alive, and a pool full of stale connections would otherwise drop
   // every fresh one.
-  std::size_t const stale = stale_prefix(list, now);
-  std::size_t const full = list.size() - stale >= max_idle_per_key_ ? list.size() - stale - max_idle_per_key_ + 1 : 0;
-  stats_.dropped_stale += stale;
+  drop_stale(list, now);
+  std::size_t const full = list.size() >= max_idle_per_key_ ? list.size() - max_idle_per_key_ + 1 : 0;
   stats_.dropped_full += full;
-  list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(stale + full));
+  list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(full));
   c->idle_since = now;
   c->stream.expires_never();
   list.push_back(std::move(c));
@@ -89,11 +89,8 @@ void UpstreamPool::give_back(const std::string& key, std::unique_ptr<UpstreamCon
 void UpstreamPool::prune() {
   auto const now = std::chrono::steady_clock::now();
   for (auto it = idle_.begin(); it != idle_.end();) {
-    auto& list = it->second;
-    std::size_t const stale = stale_prefix(list, now);
-    stats_.dropped_stale += stale;
-    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(stale));
-    it = list.empty() ? idle_.erase(it) : std::next(it);
+    drop_stale(it->second, now);
+    it = it->second.empty() ? idle_.erase(it) : std::next(it);
   }
 }
 

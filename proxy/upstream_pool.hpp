@@ -66,8 +66,8 @@ public:
   const UpstreamPoolStats& stats() const noexcept { return stats_; }
 
 private:
-  std::size_t stale_prefix(const std::vector<std::unique_ptr<UpstreamConnection>>& list,
-                           std::chrono::steady_clock::time_point now) const;
+  // Closes the connections in list idle for idle_ttl.
+  void drop_stale(std::vector<std::unique_ptr<UpstreamConnection>>& list, std::chrono::steady_clock::time_point now);
 
   std::size_t max_idle_per_key_;
   std::chrono::steady_clock::duration idle_ttl_;
