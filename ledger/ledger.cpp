@@ -207,7 +207,7 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady
   return batch;
 }
 
-void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
+error_code Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
   if (batch.size() == 1 && batch.front()->admission()) {
     if (auto whole = store.admit_alone(*batch.front()->admission())) {
       if (*whole) {
@@ -217,8 +217,7 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
         stats_.reservations.fetch_add(1, std::memory_order_relaxed);
       }
       batch.front()->keep_admission(std::move(*whole));
-      batch.front()->finish();
-      return;
+      return {};
     }
   }
   std::vector<Job*> reservers, chargers, recorders;
@@ -310,17 +309,14 @@ void Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
   } else {
     failed = store.batch(body, Store::Calls::isolated, durability);
   }
-  if (failed) {
-    for (auto& job : batch) job->fail(failed);
-    return;
-  }
+  if (failed) return failed;
   stats_.batches.fetch_add(1, std::memory_order_relaxed);
   stats_.batched_jobs.fetch_add(batch.size(), std::memory_order_relaxed);
   if (!reservers.empty()) {
     stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
     stats_.reservations.fetch_add(reservers.size(), std::memory_order_relaxed);
   }
-  for (auto& job : batch) job->finish();
+  return {};
 }
 
 void Ledger::work(Store& store) {
@@ -367,7 +363,7 @@ void Ledger::work(Store& store) {
     } else if (more) {
       ready_.notify_one();
     }
-    run_batch(store, batch);
+    auto const failed = run_batch(store, batch);
     if (writer) {
       bool last = false;
       {
@@ -380,6 +376,16 @@ void Ledger::work(Store& store) {
       // for what it leaves). Stopping, the other workers wait for this
       // one's calls to end.
       if (last) ready_.notify_all();
+    }
+    // Answered once the writer is free: a caller whose next admission
+    // follows its answer at once finds the lane free (and may send it
+    // directly) instead of queueing behind a batch that has ended.
+    for (auto& job : batch) {
+      if (failed) {
+        job->fail(failed);
+      } else {
+        job->finish();
+      }
     }
   }
 }

@@ -217,7 +217,9 @@ class Ledger {
   // Enqueues a JobT<Handler>(request, handler, stats) answering Result<T>.
   template <class T, template <class> class JobT, class Request>
   Awaitable<T> submit(Request request);
-  void run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch);
+  // Runs the batch's calls; answers none of them (the caller does, with the
+  // error every call fails with, if any, once its writer lane is free).
+  boost::system::error_code run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch);
   // false when the queue is full (or the ledger is stopping).
   bool enqueue(std::unique_ptr<Job> job);
   void work(Store& store);
