@@ -3,7 +3,8 @@
 // requests per durable commit; the first attempt only for the request's own
 // reservation with a counted charge; and the batched forms of count_call and
 // begin_attempt (Store::count_calls, Store::begin_attempts) agree with the
-// single ones on both backends.
+// single ones on both backends; every way of writing an attempt leaves it on
+// an intent that counts it.
 #include "backend.hpp"
 
 #include "ledger/open_store.hpp"
@@ -310,4 +311,62 @@ LEDGER_CONFORMANCE(admit_alone_existing_and_superseded,
   CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " +
                       std::to_string(fresh.admission->reservation.intent.id)) == "1\n");
   CHECK(run(ledger->find_run("run-1"))->calls == 4);
+}
+
+// Every way of writing an attempt writes it for an intent that exists, with
+// a number within the intent's count, and the intent's current attempt is
+// written: the lease sweeper and the outcomes find in-flight work through
+// these rows.
+LEDGER_CONFORMANCE(attempts_have_intents,
+                   "every way of writing an attempt writes it for an intent that exists and counts it") {
+  auto ledger = open_ledger(backend);
+  // A lone admission (on PostgreSQL its one statement), then admissions
+  // waiting together (the batch's reservations), each settled.
+  auto lone = run(admit_and_settle(*ledger, admit_request("o-1", "k-1")));
+  REQUIRE(lone.admission.has_value());
+  REQUIRE(lone.admission->start.has_value());
+  std::vector<boost::asio::awaitable<Admitted>> together;
+  for (int i = 2; i <= 6; ++i)
+    together.push_back(admit_and_settle(*ledger, admit_request("o-" + std::to_string(i), "k-" + std::to_string(i))));
+  for (auto& a : run_all(std::move(together), 3)) {
+    REQUIRE(a.admission.has_value());
+    REQUIRE(a.admission->start.has_value());
+  }
+
+  auto store = open_store(backend);
+  auto with_start = reserve_request("o-7", "k-7");
+  with_start.start = ReserveRequest::Start{Millis(60000), "replica-s"};
+  std::vector<ReserveRequest> requests{with_start, reserve_request("o-8", "k-8"), reserve_request("o-9", "k-9")};
+  auto reserved = store->reserve_intents(requests);
+  for (auto& r : reserved) REQUIRE_MESSAGE(r.has_value(), r.error().message());
+  auto const retried = reserved[1]->intent.id;
+  auto const batched = reserved[2]->intent.id;
+  // A lone attempt, and a second after a retryable answer.
+  auto first = store->begin_attempt(AttemptRequest{retried, IntentState::reserved, 0, 3, Millis(60000)}, "replica-b");
+  REQUIRE(first.has_value());
+  REQUIRE(first->outcome == AttemptOutcome::started);
+  auto retryable = completed(retried, 1);
+  retryable.state = IntentState::retryable;
+  REQUIRE(store->record_outcome(retryable).has_value());
+  auto second = store->begin_attempt(AttemptRequest{retried, IntentState::retryable, 1, 3, Millis(60000)}, "replica-b");
+  REQUIRE(second.has_value());
+  REQUIRE(second->outcome == AttemptOutcome::started);
+  CHECK(second->attempt == 2);
+  // Many at once, one of them for no intent at all.
+  std::vector<AttemptRequest> many{{batched, IntentState::reserved, 0, 3, Millis(60000)},
+                                   {batched + 1000, IntentState::reserved, 0, 3, Millis(60000)}};
+  std::vector<Result<AttemptStart>> begun;
+  REQUIRE_FALSE(store->batch([&] { begun = store->begin_attempts(many, "replica-c"); }));
+  REQUIRE(begun.size() == 2);
+  REQUIRE(begun[0].has_value());
+  CHECK(begun[0]->outcome == AttemptOutcome::started);
+  CHECK(begun[1].error() == errc::not_found);
+
+  // 6 admissions, the reservation begun with it, 2 attempts of one intent,
+  // 1 of the batch: 10, each on an intent whose count covers its number.
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "10\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts a LEFT JOIN intents i ON i.id = a.intent_id "
+                      "WHERE i.id IS NULL OR a.number < 1 OR a.number > i.attempts") == "0\n");
+  CHECK(backend.query("SELECT count(*) FROM intents i WHERE attempts > 0 AND NOT EXISTS "
+                      "(SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "0\n");
 }
