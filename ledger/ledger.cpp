@@ -372,9 +372,9 @@ void Ledger::work(Store& store) {
         last = stopping_;
       }
       // The calls that queued up meanwhile are the next batch: this worker,
-      // awake already, takes it at the top of the loop (and wakes another
-      // for what it leaves). Stopping, the other workers wait for this
-      // one's calls to end.
+      // awake already, takes it at the top of the loop once it has answered
+      // this one's (and wakes another for what it leaves). Stopping, the
+      // other workers were waiting for this lane to be free.
       if (last) ready_.notify_all();
     }
     // Answered once the writer is free: a caller whose next admission
