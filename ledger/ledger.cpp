@@ -125,7 +125,7 @@ int Ledger::lane_of(const Job& job) const { return lanes_ ? job.lane() : 0; }
 
 bool Ledger::claim_direct() {
   std::lock_guard lock(mutex_);
-  if (stopping_ || writing_[0]) return false;
+  if (stopping_ || writing_[0] || crowded_) return false;
   // Admissions already waiting for the writer: this one joins their batch.
   for (const auto& job : queue_)
     if (locks_rows(job->order) && lane_of(*job) == 0) return false;
@@ -134,12 +134,13 @@ bool Ledger::claim_direct() {
   return true;
 }
 
-void Ledger::release_direct() {
+void Ledger::release_direct(bool crowded) {
   bool more = false;
   {
     std::lock_guard lock(mutex_);
     writing_[0] = false;
     direct_writing_ = false;
+    crowded_ = crowded;
     // What can start now, or a gathering outcome whose timed waiter (if
     // any) sleeps past its time now that the admission is back.
     auto const next = next_start();
@@ -365,10 +366,12 @@ void Ledger::work(Store& store) {
     }
     auto const failed = run_batch(store, batch);
     if (writer) {
+      auto const admissions = std::count_if(batch.begin(), batch.end(), [](const auto& j) { return j->admission(); });
       bool last = false;
       {
         std::lock_guard lock(mutex_);
         writing_[lane] = false;
+        if (admissions > 0) crowded_ = admissions > 1;
         last = stopping_;
       }
       // The calls that queued up meanwhile are the next batch: this worker,

@@ -275,20 +275,34 @@ class HeldDirect final : public DirectAdmit {
   std::size_t ended_ = 0;
 };
 
+// A gated ledger whose lone admissions go to a HeldDirect, and admissions
+// of one run to make on it.
+struct DirectRig {
+  GatedLedger gated;
+  HeldDirect& direct = held();
+  Ledger& ledger = *gated.ledger;
+  Loop loop;
+  std::future<Result<Admission>> admit(const std::string& fp) {
+    AdmitRequest request{reserve_request(fp, "k-" + fp, "run-s"), 10, FirstAttempt{3, Millis(1000)}};
+    return loop.spawn(ledger.admit(request, {}));
+  }
+
+ private:
+  HeldDirect& held() {
+    auto direct = std::make_unique<HeldDirect>();
+    auto& kept = *direct;
+    gated.ledger->admit_directly(std::move(direct));
+    return kept;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("unit: a direct admission may poll for its answer only if none came while the last one was out") {
-  GatedLedger gated;
+  DirectRig rig;
+  auto& [gated, direct, ledger, loop] = rig;
   gated.gate->release();
-  auto held = std::make_unique<HeldDirect>();
-  auto& direct = *held;
-  gated.ledger->admit_directly(std::move(held));
-  auto& ledger = *gated.ledger;
-  Loop loop;
-  auto admit = [&](const std::string& fp) {
-    AdmitRequest request{reserve_request(fp, "k-" + fp, "run-s"), 10, FirstAttempt{3, Millis(1000)}};
-    return loop.spawn(ledger.admit(request, {}));
-  };
+  auto admit = [&](const std::string& fp) { return rig.admit(fp); };
   // The first may: nothing came before it.
   auto first = admit("fp-1");
   REQUIRE(wait_until([&] { return direct.spins().size() == 1; }));
@@ -310,4 +324,33 @@ TEST_CASE("unit: a direct admission may poll for its answer only if none came wh
   direct.end_one();
   CHECK(fourth.get().error() == errc::busy);
   CHECK(direct.spins() == std::vector<bool>{true, false, true});
+}
+
+TEST_CASE("unit: after a batch of several admissions the next one goes to the workers, after a batch of one directly") {
+  DirectRig rig;
+  auto& [gated, direct, ledger, loop] = rig;
+  auto admit = [&](const std::string& fp) { return rig.admit(fp); };
+  // A charge holds the admissions' writer: two admissions queue behind it
+  // and are then one batch.
+  auto charge = loop.spawn(ledger.count_call("run-s", 10, CallKind::read));
+  REQUIRE(gated.gate->wait_entered(1));
+  auto first = admit("fp-1");
+  auto second = admit("fp-2");
+  REQUIRE(wait_until([&] { return ledger.queued() == 2; }));
+  gated.gate->release();
+  REQUIRE(charge.get().has_value());
+  REQUIRE(first.get().has_value());
+  REQUIRE(second.get().has_value());
+  CHECK(gated.gate->batches() == std::vector<std::size_t>{2});
+  // Under load: the next goes to the workers, though the writer is free.
+  auto third = admit("fp-3");
+  REQUIRE(third.get().has_value());
+  CHECK(direct.spins().empty());
+  CHECK(gated.gate->batches() == std::vector<std::size_t>{2, 1});
+  // That batch was one admission: the load is gone, the next goes directly.
+  auto fourth = admit("fp-4");
+  REQUIRE(wait_until([&] { return direct.spins().size() == 1; }));
+  direct.end_one();
+  CHECK(fourth.get().error() == errc::busy);
+  CHECK(gated.gate->batches() == std::vector<std::size_t>{2, 1});
 }
