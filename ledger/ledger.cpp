@@ -134,13 +134,12 @@ bool Ledger::claim_direct() {
   return true;
 }
 
-void Ledger::release_direct(bool crowded) {
+void Ledger::release_direct() {
   bool more = false;
   {
     std::lock_guard lock(mutex_);
     writing_[0] = false;
     direct_writing_ = false;
-    crowded_ = crowded;
     // What can start now, or a gathering outcome whose timed waiter (if
     // any) sleeps past its time now that the admission is back.
     auto const next = next_start();

@@ -131,7 +131,7 @@ class Ledger {
   // A guarded write's run charge, reservation and (see AdmitRequest) first
   // attempt: one transaction, sharing its durable commit with the batch.
   // With a DirectAdmit, a lone admission (the admissions' writer free, none
-  // queued, and the last admitting transaction alone: see crowded_) is sent
+  // queued, and the workers' last batch of admissions one: see crowded_) is sent
   // by the calling thread itself, holding that writer meanwhile: admissions
   // arriving then queue for the workers' next batch, as they would behind a
   // worker's.
@@ -238,11 +238,10 @@ class Ledger {
   std::optional<std::chrono::steady_clock::time_point> next_start() const;
   int lane_of(const Job& job) const;
   // A direct admission takes the admissions' writer lane when it is free, no
-  // admission is queued for it, and the last admissions' transaction was
-  // alone (false: queue this one).
+  // admission is queued for it, and the workers' last batch of admissions
+  // was one (false: queue this one; see crowded_).
   bool claim_direct();
-  // crowded: another admission was asked for while this one was out.
-  void release_direct(bool crowded);
+  void release_direct();
 
   LedgerOptions options_;
   LedgerStats stats_;
@@ -256,13 +255,13 @@ class Ledger {
   // worker runs a batch holding that lane's locking calls.
   bool writing_[2] = {false, false};
   bool direct_writing_ = false;  // writing_[0] is a direct admission's
-  // The last transaction that admitted had company: a worker's batch of more
-  // than one admission, or a direct admission while another was asked for.
+  // The last worker batch that carried admissions carried more than one.
   // Then the next admission goes to the workers, whose next batch it joins:
   // under load a direct admission holds the lane for a round trip and a
   // commit of its own just when the batch that queued up behind the last
-  // one could start (at 256 connections it cost 7-9% of the throughput).
-  // A batch of one clears it: the load is gone.
+  // one could start (at 256 connections that cost 7-28% of the throughput).
+  // A batch of one admission clears it: the load is gone. (Admissions that
+  // come while a direct one is out queue, and their batch decides.)
   bool crowded_ = false;
   bool lanes_ = false;  // concurrent writers and 3+ workers: outcomes get lane 1
   // The time a worker waits for (a gathering call's not_before), if any: a

@@ -55,14 +55,13 @@ Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapsho
       // throughput), and it would keep them waiting.
       first = co_await direct_->send(request, alone_.load(std::memory_order_relaxed));
     } catch (...) {
-      release_direct(false);
+      release_direct();
       throw;
     }
-    bool const alone = admissions_.load(std::memory_order_relaxed) == number;
-    alone_.store(alone, std::memory_order_relaxed);
+    alone_.store(admissions_.load(std::memory_order_relaxed) == number, std::memory_order_relaxed);
     // Not released when the frame is destroyed without resuming: that is
     // the process stopping, the Ledger gone first (see ~Ledger).
-    release_direct(!alone);
+    release_direct();
     if (first) {
       if (!*first) {
         stats_.calls.fetch_add(1, std::memory_order_relaxed);
