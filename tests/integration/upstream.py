@@ -155,6 +155,12 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a test that opens dozens of
+    # connections at once (test_guarded_memory's 32 held calls) overflowed
+    # it, and each dropped SYN came back a second later, within idemgate's
+    # upstream_connect of 2 s only while the machine was idle. Real servers
+    # listen with hundreds (nginx: 511).
+    request_queue_size = 128
 
 
 class ServerThread:
