@@ -131,10 +131,10 @@ class Ledger {
   // A guarded write's run charge, reservation and (see AdmitRequest) first
   // attempt: one transaction, sharing its durable commit with the batch.
   // With a DirectAdmit, a lone admission (the admissions' writer free, none
-  // queued, and the workers' last batch of admissions one: see crowded_) is sent
-  // by the calling thread itself, holding that writer meanwhile: admissions
-  // arriving then queue for the workers' next batch, as they would behind a
-  // worker's.
+  // queued, and the workers' last batch of admissions was one: see crowded_)
+  // is sent by the calling thread itself, holding that writer meanwhile:
+  // admissions arriving then queue for the workers' next batch, as they
+  // would behind a worker's.
   Awaitable<Admission> admit(AdmitRequest request, RequestSnapshot snapshot);
   // Steps 3-6: may this process dispatch attempt n+1 now, given the state the
   // verdict was made from? (Store::begin_attempt: compare-and-set, leased.)

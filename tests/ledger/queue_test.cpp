@@ -302,24 +302,23 @@ TEST_CASE("unit: a direct admission may poll for its answer only if none came wh
   DirectRig rig;
   auto& [gated, direct, ledger, loop] = rig;
   gated.gate->release();
-  auto admit = [&](const std::string& fp) { return rig.admit(fp); };
   // The first may: nothing came before it.
-  auto first = admit("fp-1");
+  auto first = rig.admit("fp-1");
   REQUIRE(wait_until([&] { return direct.spins().size() == 1; }));
   // Another comes while it is out: queued for the workers (the writer is
   // the direct one's), and taken once it is back.
-  auto second = admit("fp-2");
+  auto second = rig.admit("fp-2");
   REQUIRE(wait_until([&] { return ledger.queued() == 1; }));
   direct.end_one();
   CHECK(first.get().error() == errc::busy);
   CHECK(second.get().has_value());
   // The next must not poll: under load the thread has other work.
-  auto third = admit("fp-3");
+  auto third = rig.admit("fp-3");
   REQUIRE(wait_until([&] { return direct.spins().size() == 2; }));
   direct.end_one();
   CHECK(third.get().error() == errc::busy);
   // Nothing came while that one was out: the next may again.
-  auto fourth = admit("fp-4");
+  auto fourth = rig.admit("fp-4");
   REQUIRE(wait_until([&] { return direct.spins().size() == 3; }));
   direct.end_one();
   CHECK(fourth.get().error() == errc::busy);
@@ -329,13 +328,12 @@ TEST_CASE("unit: a direct admission may poll for its answer only if none came wh
 TEST_CASE("unit: after a batch of several admissions the next one goes to the workers, after a batch of one directly") {
   DirectRig rig;
   auto& [gated, direct, ledger, loop] = rig;
-  auto admit = [&](const std::string& fp) { return rig.admit(fp); };
   // A charge holds the admissions' writer: two admissions queue behind it
   // and are then one batch.
   auto charge = loop.spawn(ledger.count_call("run-s", 10, CallKind::read));
   REQUIRE(gated.gate->wait_entered(1));
-  auto first = admit("fp-1");
-  auto second = admit("fp-2");
+  auto first = rig.admit("fp-1");
+  auto second = rig.admit("fp-2");
   REQUIRE(wait_until([&] { return ledger.queued() == 2; }));
   gated.gate->release();
   REQUIRE(charge.get().has_value());
@@ -343,7 +341,7 @@ TEST_CASE("unit: after a batch of several admissions the next one goes to the wo
   REQUIRE(second.get().has_value());
   CHECK(gated.gate->batches() == std::vector<std::size_t>{2});
   // Under load: the next goes to the workers, though the writer is free.
-  auto third = admit("fp-3");
+  auto third = rig.admit("fp-3");
   REQUIRE(wait_until([&] {
     return !direct.spins().empty() || third.wait_for(0s) == std::future_status::ready;
   }));
@@ -353,7 +351,7 @@ TEST_CASE("unit: after a batch of several admissions the next one goes to the wo
   REQUIRE(third.get().has_value());
   CHECK(gated.gate->batches() == std::vector<std::size_t>{2, 1});
   // That batch was one admission: the load is gone, the next goes directly.
-  auto fourth = admit("fp-4");
+  auto fourth = rig.admit("fp-4");
   REQUIRE(wait_until([&] { return direct.spins().size() == 1; }));
   direct.end_one();
   CHECK(fourth.get().error() == errc::busy);
