@@ -137,9 +137,9 @@ asio::awaitable<void> keep_recording(ledger::Ledger& ledger, ledger::Outcome out
 }  // namespace
 
 ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome outcome,
-                                   ledger::TimePoint keep_trying_until, const ledger::Intent& before) {
+                                   ledger::TimePoint keep_trying_until, ledger::Intent before) {
   outcome.after_answer = true;
-  auto settled = settled_view(before, outcome, ledger.options());
+  auto settled = settled_view(std::move(before), outcome, ledger.options());
   PendingEntry entry(ledger, settled);
   spawn_bounded(std::move(executor), "record_outcome",
                 keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));

@@ -42,7 +42,7 @@ boost::asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Led
 // record and returns the intent as it is once recorded.
 ledger::Intent record_after_answer(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
                                    ledger::Outcome outcome, ledger::TimePoint keep_trying_until,
-                                   const ledger::Intent& before);
+                                   ledger::Intent before);
 
 // The intent as attempt `attempt`'s outcome, not durable yet, will leave it.
 std::optional<ledger::Intent> pending_outcome(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt);

@@ -161,11 +161,11 @@ class WritePath {
     // A key bound to another payload says nothing about this payload's
     // intent (the row returned is the other one): refuse on the key alone.
     in_.agent_key.bound_to_other_fingerprint = mismatch;
-    if (!mismatch) c_.intent = reservation->intent;
+    if (!mismatch && !admitted->start) c_.intent = std::move(reservation->intent);
     if (admitted->start) {
       // Begun only for this request's own reservation with a counted charge:
       // exactly the inputs verdict_if_fresh decided from.
-      c_.intent = admitted->start->intent;
+      c_.intent = std::move(admitted->start->intent);
       if (admitted->start->outcome == ledger::AttemptOutcome::started) {
         c_.attempt = admitted->start->attempt;
         c_.sent = true;
@@ -228,18 +228,18 @@ class WritePath {
       // may predate it. Read again; what landed is there now.
       auto now = co_await c_.ledger.find_intent(c_.intent->id);
       if (!now) co_return false;
-      c_.intent = *now;
+      c_.intent = std::move(*now);
       co_return true;
     }
     if (pending->state != ledger::IntentState::retryable) {
-      c_.intent = *pending;
+      c_.intent = std::move(*pending);
       co_return true;
     }
     if (!co_await outcome_landed(c_.ledger, c_.intent->id, c_.intent->attempts, c_.cfg.ledger.statement_timeout))
       co_return true;  // still not durable: the ledger's state (in flight) stands
     auto now = co_await c_.ledger.find_intent(c_.intent->id);
     if (!now) co_return false;
-    c_.intent = *now;
+    c_.intent = std::move(*now);
     co_return true;
   }
 
@@ -283,7 +283,7 @@ class WritePath {
     auto intent_op = c_.ledger.find_intent(c_.intent->id);
     auto [now_run, intent] = co_await (std::move(run_op) && std::move(intent_op));
     if (!now_run || !intent) co_return false;
-    c_.intent = *intent;
+    c_.intent = std::move(*intent);
     if (now_run->state == ledger::RunState::killed) in_.run.state = policy::RunState::killed;
     if (now_run->state == ledger::RunState::frozen) in_.run.state = policy::RunState::frozen;
     co_return true;
@@ -305,13 +305,13 @@ class WritePath {
     auto settled = found_outcome(c_.tool, c_.intent->id, result.found_json);
     auto recorded = co_await c_.ledger.record_outcome(std::move(settled));
     if (recorded) {
-      c_.intent = *recorded;
+      c_.intent = std::move(*recorded);
       co_return true;
     }
     // Someone else settled it meanwhile (illegal_transition): read it again.
     auto now = co_await c_.ledger.find_intent(c_.intent->id);
     if (!now) co_return false;
-    c_.intent = *now;
+    c_.intent = std::move(*now);
     co_return true;
   }
 
@@ -324,7 +324,7 @@ class WritePath {
     auto start = co_await c_.ledger.begin_attempt(r);
     if (!start) co_return std::nullopt;
     from_unknown_ = c_.intent->state == ledger::IntentState::unknown;
-    c_.intent = start->intent;
+    c_.intent = std::move(start->intent);
     if (start->outcome != ledger::AttemptOutcome::started) co_return false;
     c_.attempt = start->attempt;
     c_.sent = true;
@@ -382,7 +382,7 @@ class WritePath {
     std::optional<ledger::Intent> recorded;
     if (after_answer) {
       auto executor = co_await asio::this_coro::executor;
-      recorded = record_after_answer(executor, c_.ledger, std::move(o), lease_end, *c_.intent);
+      recorded = record_after_answer(executor, c_.ledger, std::move(o), lease_end, std::move(*c_.intent));
     } else {
       recorded = co_await record_outcome(c_.ledger, std::move(o), lease_end);
     }
@@ -391,7 +391,7 @@ class WritePath {
     last_round_end_ = SysClock::now();
 
     if (s.egress_refused) {
-      if (recorded) c_.intent = *recorded;
+      if (recorded) c_.intent = std::move(*recorded);
       c_.sent = false;  // the guard refused the address before anything left
       co_return co_await answer_refusal(c_, refusal(policy::ReasonCode::egress_denied,
                                                     s.answer.problem->detail + "; nothing was sent"));
@@ -403,7 +403,7 @@ class WritePath {
       if (answered && settled.state != policy::SettledState::unknown) co_return co_await answer_upstream(c_, s.answer);
       co_return co_await answer_ledger_down(c_);
     }
-    c_.intent = *recorded;
+    c_.intent = std::move(*recorded);
     switch (settled.state) {
       case policy::SettledState::unknown:
         co_return std::nullopt;
