@@ -254,25 +254,30 @@ asio::awaitable<ForwardResult> answer_ledger_down(Call& c) {
 
 void log_decision(Call& c, unsigned status) {
   auto const us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - c.start);
-  json::object o{{"run", c.run},
-                 {"tool", c.tool.name},
-                 {"class", shown_class(c)},
-                 {"decision", c.decision},
-                 {"key", c.intent && c.is_write ? json::value(c.intent->key) : json::value(nullptr)},
-                 {"attempt", c.attempt},
-                 {"bound", c.tool.retry.bound},
-                 {"status", status},
-                 {"method", c.req.method_string()},
-                 {"host", c.target.host},
-                 {"fingerprint", c.fp.hex},
-                 {"trace_id", c.trace_id},
-                 {"latency_ms", us.count() / 1000},
-                 {"latency_us", us.count()}};
-  if (!c.reason_code.empty()) o["reason_code"] = c.reason_code;
-  if (c.intent) o["intent"] = c.intent->id;
-  if (c.answer_cut_by_budget) o["answer_cut"] = "limits.guarded_budget";
-  log_event("decision", std::move(o));
-  c.worker.decisions().count(c.tool.name, c.decision, shown_class(c), c.reason_code);
+  auto const shown = shown_class(c);
+  // Appended straight to the line (one per request on the network thread):
+  // no JSON document built and serialised.
+  LogLine line("decision");
+  line.add("run", c.run).add("tool", c.tool.name).add("class", shown).add("decision", c.decision);
+  if (c.intent && c.is_write) {
+    line.add("key", c.intent->key);
+  } else {
+    line.add_null("key");
+  }
+  line.add("attempt", c.attempt)
+      .add("bound", c.tool.retry.bound)
+      .add("status", status)
+      .add("method", std::string_view(c.req.method_string()))
+      .add("host", c.target.host)
+      .add("fingerprint", c.fp.hex)
+      .add("trace_id", c.trace_id)
+      .add("latency_ms", static_cast<std::int64_t>(us.count() / 1000))
+      .add("latency_us", static_cast<std::int64_t>(us.count()));
+  if (!c.reason_code.empty()) line.add("reason_code", c.reason_code);
+  if (c.intent) line.add("intent", static_cast<std::int64_t>(c.intent->id));
+  if (c.answer_cut_by_budget) line.add("answer_cut", "limits.guarded_budget");
+  line.emit();
+  c.worker.decisions().count(c.tool.name, c.decision, shown, c.reason_code);
 }
 
 }  // namespace idemgate::proxy

@@ -183,6 +183,12 @@ LogLine& LogLine::add(std::string_view k, bool value) {
   return *this;
 }
 
+LogLine& LogLine::add_null(std::string_view k) {
+  key(k);
+  text_ += "null";
+  return *this;
+}
+
 void LogLine::emit() {
   text_ += "}\n";
   stderr_sink().push(text_, urgent_);

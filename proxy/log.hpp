@@ -40,6 +40,7 @@ public:
   LogLine& add(std::string_view key, unsigned value) { return add(key, std::uint64_t{value}); }
   LogLine& add(std::string_view key, int value) { return add(key, std::int64_t{value}); }
   LogLine& add(std::string_view key, bool value);
+  LogLine& add_null(std::string_view key);
   void emit();
 
 private:
