@@ -1,9 +1,12 @@
 // Redaction of headers, query parameters and bodies (see redact.hpp).
 #include "ledger/redact.hpp"
 
+#include "ledger/store_support.hpp"
+
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <iterator>
 #include <cctype>
 
@@ -11,7 +14,7 @@ namespace idemgate::ledger {
 
 namespace {
 
-// Folded spellings (see folded()): X-Api-Key is xapikey.
+// Folded spellings (see Folded): X-Api-Key is xapikey.
 constexpr std::string_view default_secret_headers[]{
     "authorization", "proxyauthorization", "cookie", "setcookie", "xapikey", "apikey", "xauthtoken",
     "xaccesstoken", "xapitoken", "xgoogapikey", "xamzsecuritytoken", "ocpapimsubscriptionkey", "privatetoken",
@@ -26,43 +29,74 @@ constexpr std::string_view default_secret_query[]{
 constexpr std::string_view credential_words[]{"apikey",    "token",      "secret", "password",     "passwd",
                                                "signature", "credential", "cookie", "authorization"};
 
+// ASCII only, inline: names and keywords here are ASCII, and the C
+// locale's tolower is a call per character.
+constexpr char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
+
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return ascii_lower(x) == ascii_lower(y); });
 }
 
 // A credential's name in one spelling: lowercase, '-', '_' and '.' dropped,
-// so that API-Key, api_key and apikey are one name.
-std::string folded(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    if (c == '-' || c == '_' || c == '.') continue;
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+// so that API-Key, api_key and apikey are one name. Written into a buffer
+// on the caller's stack (every header of every guarded request and answer
+// is looked at); a name longer than it spills into a string.
+class Folded {
+ public:
+  explicit Folded(std::string_view name) {
+    char* out = small_;
+    if (name.size() > sizeof small_) {
+      spill_.resize(name.size());
+      out = spill_.data();
+    }
+    std::size_t n = 0;
+    for (char c : name)
+      if (c != '-' && c != '_' && c != '.') out[n++] = ascii_lower(c);
+    view_ = std::string_view(out, n);
   }
-  return out;
-}
+  Folded(const Folded&) = delete;
+  Folded& operator=(const Folded&) = delete;
+  std::string_view view() const noexcept { return view_; }
 
-bool holds_credential_word(const std::string& name) {
-  return std::any_of(std::begin(credential_words), std::end(credential_words),
-                     [&](std::string_view word) { return name.find(word) != std::string::npos; });
+ private:
+  char small_[64];
+  std::string spill_;
+  std::string_view view_;
+};
+
+// The credential words' first letters: most positions of a name start none.
+constexpr auto credential_starts = [] {
+  std::array<bool, 256> starts{};
+  for (auto word : credential_words) starts[static_cast<unsigned char>(word.front())] = true;
+  return starts;
+}();
+
+bool holds_credential_word(std::string_view name) {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (!credential_starts[static_cast<unsigned char>(name[i])]) continue;
+    auto const rest = name.substr(i);
+    for (auto word : credential_words)
+      if (word.front() == name[i] && rest.starts_with(word)) return true;
+  }
+  return false;
 }
 
 bool is_secret_header(std::string_view name, const config::Redact& rules) {
   auto same = [&](std::string_view s) { return iequals(name, s); };
   if (std::any_of(rules.headers.begin(), rules.headers.end(), same)) return true;
-  const auto f = folded(name);
-  return std::find(std::begin(default_secret_headers), std::end(default_secret_headers), f) != std::end(default_secret_headers) ||
-         holds_credential_word(f);
+  Folded const f(name);
+  return std::find(std::begin(default_secret_headers), std::end(default_secret_headers), f.view()) !=
+             std::end(default_secret_headers) ||
+         holds_credential_word(f.view());
 }
 
 bool is_secret_query_name(std::string_view decoded, const config::Redact& rules) {
-  const auto f = folded(decoded);
-  auto same = [&](const std::string& s) { return folded(s) == f; };
-  return std::find(std::begin(default_secret_query), std::end(default_secret_query), f) != std::end(default_secret_query) ||
-         holds_credential_word(f) || std::any_of(rules.query.begin(), rules.query.end(), same);
+  Folded const f(decoded);
+  auto same = [&](const std::string& s) { return Folded(s).view() == f.view(); };
+  return std::find(std::begin(default_secret_query), std::end(default_secret_query), f.view()) !=
+             std::end(default_secret_query) ||
+         holds_credential_word(f.view()) || std::any_of(rules.query.begin(), rules.query.end(), same);
 }
 
 std::string_view header_value(const Headers& headers, std::string_view name) {
@@ -161,6 +195,7 @@ std::string redact_form(std::string_view body, const config::Redact& rules) {
 
 Headers redact_headers(const Headers& headers, const config::Redact& rules) {
   Headers kept;
+  kept.reserve(headers.size());
   for (const auto& h : headers)
     if (!is_secret_header(h.first, rules)) kept.push_back(h);
   return kept;
@@ -189,33 +224,56 @@ std::string redact_target(std::string_view target, const config::Redact& rules) 
 }
 
 std::string redact_request(const RequestSnapshot& request, const config::Redact& rules) {
-  boost::json::array headers;
-  for (const auto& [n, v] : redact_headers(request.headers, rules))
-    headers.push_back(boost::json::array{boost::json::string(n), boost::json::string(v)});
-  boost::json::object snapshot;
-  snapshot["method"] = request.method;
-  snapshot["target"] = redact_target(request.target, rules);
-  snapshot["headers"] = std::move(headers);
-  auto body = redact_body(request.body, header_value(request.headers, "Content-Type"), rules);
+  // Written directly (one per guarded write, on the network thread): the
+  // members in the order a document would have them, the strings escaped
+  // as its serializer would. Only a JSON body goes through a document.
+  std::size_t size = 64 + request.method.size() + request.target.size() + request.body.size();
+  for (const auto& [n, v] : request.headers) size += n.size() + v.size() + 8;
+  std::string out;
+  out.reserve(size);
+  out += "{\"method\":";
+  detail::append_json_string(out, request.method);
+  out += ",\"target\":";
+  detail::append_json_string(out, redact_target(request.target, rules));
+  out += ",\"headers\":[";
+  bool first = true;
+  for (const auto& [n, v] : request.headers) {
+    if (is_secret_header(n, rules)) continue;
+    out += first ? "[" : ",[";
+    first = false;
+    detail::append_json_string(out, n);
+    out += ',';
+    detail::append_json_string(out, v);
+    out += ']';
+  }
+  out += "],\"body\":";
+  std::string redacted;
+  std::string_view body = request.body;
+  if (!rules.body.empty()) body = redacted = redact_body(body, header_value(request.headers, "Content-Type"), rules);
   // A JSON body stays JSON, so an escalation package can quote its fields.
+  unsigned char scratch[4096];
+  boost::json::monotonic_resource arena(scratch, sizeof scratch);
   boost::system::error_code ec;
-  auto parsed = boost::json::parse(body, ec);
-  if (ec)
-    snapshot["body"] = body;
-  else
-    snapshot["body"] = std::move(parsed);
-  return boost::json::serialize(snapshot);
+  auto parsed = boost::json::parse(body, ec, &arena);
+  if (ec) {
+    detail::append_json_string(out, body);
+  } else {
+    out += boost::json::serialize(parsed);
+  }
+  out += '}';
+  return out;
 }
 
 StoredResponse redact_response(StoredResponse response, const config::Redact& rules,
                                std::uint64_t cap) {
-  // Cut before it got here (longer than limits.guarded_answer), a JSON body
-  // does not parse, so redact.body could not reach into it: none is kept.
-  if (response.truncated && !rules.body.empty() && !is_form(header_value(response.headers, "Content-Type")))
-    response.body.clear();
-  response.body =
-      redact_body(response.body, header_value(response.headers, "Content-Type"), rules);
-  response.headers = redact_headers(response.headers, rules);
+  if (!rules.body.empty()) {
+    auto const type = header_value(response.headers, "Content-Type");
+    // Cut before it got here (longer than limits.guarded_answer), a JSON body
+    // does not parse, so redact.body could not reach into it: none is kept.
+    if (response.truncated && !is_form(type)) response.body.clear();
+    response.body = redact_body(response.body, type, rules);
+  }
+  std::erase_if(response.headers, [&](const auto& h) { return is_secret_header(h.first, rules); });
   if (response.body.size() > cap) {
     response.body.resize(cap);
     response.truncated = true;

@@ -45,6 +45,11 @@ Escalation read_escalation(const RowView& row);
 
 // Headers as a JSON array of [name, value] pairs.
 std::string encode_headers(const Headers& headers);
+// s as a JSON string appended to out, escaped exactly as Boost.JSON's
+// serializer does (quote, backslash and control characters; every other byte
+// as is), so that text written with it reads as one serialised from a
+// document. For the ledger's hot paths, which write JSON without building one.
+void append_json_string(std::string& out, std::string_view s);
 Headers decode_headers(std::string_view json);
 
 inline TimePoint from_epoch_ms(std::int64_t ms) { return TimePoint(Millis(ms)); }

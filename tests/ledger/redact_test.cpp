@@ -3,6 +3,11 @@
 #include "backend.hpp"
 
 #include "ledger/redact.hpp"
+#include "ledger/store_support.hpp"
+
+#include <boost/json.hpp>
+
+#include <vector>
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -74,6 +79,86 @@ TEST_CASE("unit: credential query parameters are redacted in a stored target") {
   const auto snapshot = redact_request({"GET", "http://h/v1/x?key=PLANTED&n=1", {}, ""}, r);
   CHECK(snapshot.find("PLANTED") == std::string::npos);
   CHECK(snapshot.find("n=1") != std::string::npos);
+}
+
+namespace {
+
+// The snapshot as a Boost.JSON document would serialise it: what
+// redact_request wrote before it wrote the text itself.
+std::string snapshot_by_document(const RequestSnapshot& request, const idemgate::config::Redact& r) {
+  boost::json::array headers;
+  for (const auto& [n, v] : redact_headers(request.headers, r))
+    headers.push_back(boost::json::array{boost::json::string(n), boost::json::string(v)});
+  boost::json::object snapshot;
+  snapshot["method"] = request.method;
+  snapshot["target"] = redact_target(request.target, r);
+  snapshot["headers"] = std::move(headers);
+  std::string_view type;
+  for (const auto& [n, v] : request.headers)
+    if (n == "Content-Type") type = v;
+  auto body = redact_body(request.body, type, r);
+  boost::system::error_code ec;
+  auto parsed = boost::json::parse(body, ec);
+  if (ec) {
+    snapshot["body"] = body;
+  } else {
+    snapshot["body"] = std::move(parsed);
+  }
+  return boost::json::serialize(snapshot);
+}
+
+}  // namespace
+
+TEST_CASE("unit: redact_request writes the text a JSON document would, byte for byte") {
+  std::string controls;
+  for (int c = 0; c < 0x20; ++c) controls += static_cast<char>(c);
+  std::vector<RequestSnapshot> cases{
+      {"POST", "/v1/charges?api_key=s&n=1", {{"Content-Type", "application/json"}, {"Authorization", "Bearer s"}},
+       R"({"amount": 500, "card": {"number": "4242", "cvc": 1}, "list": [1, 2.5, true, null]})"},
+      {"PUT", "http://h/x", {{"X-Quote", "a\"b\\c"}, {"X-Ctl", controls}, {"X-Utf8", "caf\xc3\xa9 \xff\x7f"}},
+       "not json \"quoted\" \\ \n"},
+      {"PATCH", "/f", {{"Content-Type", "application/x-www-form-urlencoded"}}, "card[number]=4242&amount=5"},
+      {"DELETE", "/", {}, ""},
+      {"POST", "/j", {{std::string(200, 'H'), std::string(300, 'v')}, {"X-" + std::string(70, 'a') + "-Token", "s"}},
+       "[1,\"two\",{\"three\":3}]"},
+  };
+  for (const auto& r : {idemgate::config::Redact{}, rules()})
+    for (const auto& request : cases) CHECK(redact_request(request, r) == snapshot_by_document(request, r));
+}
+
+TEST_CASE("unit: stored headers are the JSON a document would serialise, and read back whole") {
+  std::string controls;
+  for (int c = 0; c < 0x20; ++c) controls += static_cast<char>(c);
+  for (const Headers& headers :
+       {Headers{}, Headers{{"Content-Type", "application/json"}},
+        Headers{{"X-Quote", "a\"b\\c"}, {"X-Ctl", controls}, {"X-Utf8", "caf\xc3\xa9 \x7f"}, {"", ""}}}) {
+    boost::json::array doc;
+    for (const auto& [n, v] : headers) doc.push_back(boost::json::array{boost::json::string(n), boost::json::string(v)});
+    auto const text = idemgate::ledger::detail::encode_headers(headers);
+    CHECK(text == boost::json::serialize(doc));
+    CHECK(idemgate::ledger::detail::decode_headers(text) == headers);
+  }
+}
+
+TEST_CASE("unit: a JSON string is escaped as Boost.JSON escapes it, wherever the byte falls") {
+  // Every length to past two eight-byte words, each escaped byte (and a
+  // high one) at every position: the word-at-a-time scan's edges.
+  for (char special : {'"', '\\', '\n', '\x01', '\x1f', '\x7f', '\x80', ' '})
+    for (std::size_t length = 0; length <= 20; ++length)
+      for (std::size_t at = 0; at <= length; ++at) {
+        std::string s(length, 'a');
+        if (at < length) s[at] = special;
+        std::string out;
+        idemgate::ledger::detail::append_json_string(out, s);
+        CHECK(out == boost::json::serialize(boost::json::string_view(s)));
+      }
+}
+
+TEST_CASE("unit: header names longer than the folding buffer are still recognised") {
+  Headers in{{"X-" + std::string(80, 'a') + "-Api-Key", "s1"}, {"X-" + std::string(80, 'b'), "kept"}};
+  auto out = redact_headers(in, {});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].second == "kept");
 }
 
 LEDGER_CONFORMANCE(planted_secret, "a planted secret is stored nowhere") {
