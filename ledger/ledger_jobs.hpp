@@ -13,6 +13,7 @@
 #include <boost/asio/prefer.hpp>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 
 namespace idemgate::ledger {
@@ -75,11 +76,13 @@ class Completion {
         handler_(std::move(handler)),
         stats_(stats) {}
 
-  void operator()(Result<T> result) {
+  void operator()(Result<T>&& result) {
     if (result.has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
     stats_.latency.observe(std::chrono::steady_clock::now() - start_);
-    asio::post(work_, [handler = std::move(handler_), result = std::move(result)]() mutable {
-      std::move(handler)(std::move(result));
+    // Boxed: a Result holds an Intent or two (dozens of members), moved once
+    // here; post's wrappers then move a pointer, not the Result.
+    asio::post(work_, [handler = std::move(handler_), boxed = std::make_unique<Result<T>>(std::move(result))]() mutable {
+      std::move(handler)(std::move(*boxed));
     });
   }
 
