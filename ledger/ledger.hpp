@@ -141,6 +141,9 @@ class Ledger {
   Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
   // The response is redacted and capped at response_cap before it is stored.
   Awaitable<Intent> record_outcome(Outcome outcome);
+  // What record_outcome stores of the response, done now (for a caller that
+  // shows it before it is recorded); record_outcome then leaves it as it is.
+  void redact(Outcome& outcome) const;
   // The attempt was sent and no complete answer came.
   Awaitable<Intent> mark_unknown(std::int64_t intent_id, int attempt);
 

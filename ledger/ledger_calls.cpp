@@ -103,10 +103,14 @@ Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {
                             });
 }
 
+void Ledger::redact(Outcome& outcome) const {
+  if (outcome.response && !outcome.redacted)
+    outcome.response = redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
+  outcome.redacted = true;
+}
+
 Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {
-  if (outcome.response)
-    outcome.response =
-        redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
+  redact(outcome);
   return submit<Intent, OutcomeJob>(std::move(outcome));
 }
 

@@ -174,6 +174,9 @@ struct Outcome {
   // attempt unknown and it is reconciled before any re-send. Its commit may
   // return before the disk has it (Store::Durability::deferred).
   bool after_answer = false;
+  // Its response went through Ledger::redact already (that ledger's rules
+  // and cap): record_outcome does not redact it again.
+  bool redacted = false;
 };
 
 enum class CallKind { read, write };

@@ -66,13 +66,14 @@ class PendingEntry {
   std::pair<const ledger::Ledger*, std::int64_t> key_;
 };
 
-// The intent as `o` leaves it (what Store::record_outcome writes).
-ledger::Intent settled_view(ledger::Intent i, const ledger::Outcome& o, const ledger::LedgerOptions& options) {
+// The intent as `o` (redacted: Ledger::redact) leaves it (what
+// Store::record_outcome writes).
+ledger::Intent settled_view(ledger::Intent i, const ledger::Outcome& o) {
   i.state = o.state;
   i.answer_class = o.answer_class;
   i.status = o.status;
   if (!o.receipt.empty()) i.receipt = o.receipt;
-  if (o.response) i.response = ledger::redact_response(*o.response, options.redact, options.response_cap);
+  if (o.response) i.response = *o.response;
   i.lease_until.reset();
   i.unknown_since.reset();
   i.waived += o.waive ? 1 : 0;
@@ -139,7 +140,9 @@ asio::awaitable<void> keep_recording(ledger::Ledger& ledger, ledger::Outcome out
 ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome outcome,
                                    ledger::TimePoint keep_trying_until, ledger::Intent before) {
   outcome.after_answer = true;
-  auto settled = settled_view(std::move(before), outcome, ledger.options());
+  // Redacted once: the view shown now and the record written later.
+  ledger.redact(outcome);
+  auto settled = settled_view(std::move(before), outcome);
   PendingEntry entry(ledger, settled);
   spawn_bounded(std::move(executor), "record_outcome",
                 keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));
