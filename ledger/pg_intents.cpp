@@ -12,6 +12,34 @@
 
 namespace idemgate::ledger {
 
+namespace {
+
+// A row of reserve_intents' insert (reserved_columns): the columns it names,
+// the rest as a fresh row has them. Read without RowView: a batch's rows are
+// most of what its worker reads.
+Intent read_reserved(const pqxx::row& row) {
+  auto text = [&](int c) { return std::string(row[c].c_str(), row[c].size()); };
+  auto number = [&](int c) { return row[c].as<std::int64_t>(); };
+  Intent i;
+  i.id = number(0);
+  i.run = text(1);
+  i.tool = text(2);
+  i.scope = text(3);
+  i.fingerprint = text(4);
+  i.key = text(5);
+  i.state = parse_intent_state(row[6].c_str()).value_or(IntentState::unknown);
+  i.attempts = static_cast<int>(number(7));
+  i.window = Millis(number(8));
+  i.unknown_ttl = Millis(number(9));
+  i.created_at = from_epoch_ms(number(10));
+  i.updated_at = from_epoch_ms(number(11));
+  i.window_until = from_epoch_ms(number(12));
+  if (!row[13].is_null()) i.lease_until = from_epoch_ms(number(13));
+  return i;
+}
+
+}  // namespace
+
 std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
   std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
   auto batch = transact([&](pqxx::transaction_base& w) {
@@ -97,7 +125,7 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),
                                              key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
                                              lease_ms.str(), replica)) {
-        auto intent = read_intent(PgRow(row));
+        auto intent = read_reserved(row);
         inserted.insert(intent.id);
         auto key = std::pair{intent.scope, intent.fingerprint};
         rows[key] = std::move(intent);

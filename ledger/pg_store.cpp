@@ -98,7 +98,7 @@ std::string reserve_intents_sql() {
          "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
          "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
          "SELECT id, 1, $11::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
-         "SELECT " + without_snapshot() + " FROM ins";
+         "SELECT " + std::string(reserved_columns) + " FROM ins";
 }
 
 }  // namespace

@@ -35,6 +35,12 @@ inline constexpr std::string_view intent_columns =
     "request_snapshot, window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
     ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived, " IDEMGATE_MS("looked_up_at");
+// What a reservation's insert returns (reserve_intents_sql): only rows it
+// inserted, so every column left out holds its default (read_reserved).
+inline constexpr std::string_view reserved_columns =
+    "id, run_id, tool, scope, fingerprint, idem_key, state, attempts, window_ms, unknown_ttl_ms, "
+    IDEMGATE_MS("created_at") ", " IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", "
+    IDEMGATE_MS("lease_until");
 inline constexpr std::string_view escalation_columns =
     "id, run_id, intent_id, reason_code, package, state, receipt, note, "
     IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";

@@ -370,3 +370,72 @@ LEDGER_CONFORMANCE(attempts_have_intents,
   CHECK(backend.query("SELECT count(*) FROM intents i WHERE attempts > 0 AND NOT EXISTS "
                       "(SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "0\n");
 }
+
+namespace {
+
+// Every member of the intent a reservation returned against the row as a
+// later read finds it.
+void expect_as_stored(const Intent& got, const Intent& stored) {
+  CHECK(got.id == stored.id);
+  CHECK(got.run == stored.run);
+  CHECK(got.tool == stored.tool);
+  CHECK(got.scope == stored.scope);
+  CHECK(got.fingerprint == stored.fingerprint);
+  CHECK(got.key == stored.key);
+  CHECK(got.state == stored.state);
+  CHECK(got.answer_class == stored.answer_class);
+  CHECK(got.attempts == stored.attempts);
+  CHECK(got.waived == stored.waived);
+  CHECK(got.status == stored.status);
+  CHECK(got.receipt == stored.receipt);
+  CHECK(got.response.has_value() == stored.response.has_value());
+  CHECK(got.request_snapshot == stored.request_snapshot);
+  CHECK(got.window == stored.window);
+  CHECK(got.unknown_ttl == stored.unknown_ttl);
+  CHECK(got.recovered == stored.recovered);
+  CHECK(got.created_at == stored.created_at);
+  CHECK(got.updated_at == stored.updated_at);
+  CHECK(got.window_until == stored.window_until);
+  CHECK(got.unknown_since == stored.unknown_since);
+  CHECK(got.retry_not_before == stored.retry_not_before);
+  CHECK(got.lease_until == stored.lease_until);
+  CHECK(got.looked_up_at == stored.looked_up_at);
+}
+
+}  // namespace
+
+LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions return their intents as stored") {
+  auto ledger = open_ledger(backend);
+  // Concurrent callers, so that the workers batch them: plain reservations,
+  // and admissions whose first attempt begins with the reservation.
+  std::vector<boost::asio::awaitable<Result<Reservation>>> reservations;
+  for (int i = 0; i < 24; ++i)
+    reservations.push_back(ledger->reserve_intent(reserve_request("as-r-" + std::to_string(i), "kr-" + std::to_string(i)),
+                                                  RequestSnapshot{"POST", "/r", {{"Content-Type", "application/json"}},
+                                                                  R"({"n":)" + std::to_string(i) + "}"}));
+  auto reserved = run_all(std::move(reservations), 8);
+  std::vector<boost::asio::awaitable<Result<Admission>>> admissions;
+  for (int i = 0; i < 24; ++i)
+    admissions.push_back(ledger->admit(admit_request("as-a-" + std::to_string(i), "ka-" + std::to_string(i)),
+                                       RequestSnapshot{"POST", "/a", {}, "plain " + std::to_string(i)}));
+  auto admitted = run_all(std::move(admissions), 8);
+  int started = 0;
+  for (const auto& r : reserved) {
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    CHECK(r->outcome == ReserveOutcome::reserved);
+    auto stored = run(ledger->find_intent(r->intent.id));
+    REQUIRE(stored.has_value());
+    expect_as_stored(r->intent, *stored);
+  }
+  for (const auto& a : admitted) {
+    REQUIRE_MESSAGE(a.has_value(), a.error().message());
+    REQUIRE(a->start.has_value());
+    started += a->start->outcome == AttemptOutcome::started;
+    auto stored = run(ledger->find_intent(a->reservation.intent.id));
+    REQUIRE(stored.has_value());
+    expect_as_stored(a->reservation.intent, *stored);
+    expect_as_stored(a->start->intent, *stored);
+  }
+  CHECK(started == 24);
+  MESSAGE(backend.name() << ": " << ledger->stats().reserve_batches.load() << " reservation transactions for 48 calls");
+}
