@@ -109,7 +109,7 @@ policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
 }
 
 asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
-  StringResponse res = client_response(answer.response.result_int(), headers_of(answer.response),
+  StringResponse res = client_response(answer.response.result_int(), answer.response.base(),
                                        std::move(answer.response.body()), c.version, c.keep_alive);
   co_return co_await write_response(c, res, answer.tail.get());
 }
