@@ -1,0 +1,294 @@
+// PgStore's reservations and admissions (see store.hpp): a batch's
+// reservations in one statement, a lone admission's one statement and what
+// finishes it when that statement could not do all of it. Attempts, their
+// outcomes and lease recovery are in pg_intents.cpp; reads in pg_reads.cpp.
+#include "ledger/pg_store.hpp"
+
+#include "ledger/pg_support.hpp"
+#include "ledger/transitions.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace idemgate::ledger {
+namespace {
+
+// A row of reserve_intents' insert (reserved_columns): the columns it names,
+// the rest as a fresh row has them. Read without RowView: a batch's rows are
+// most of what its worker reads.
+Intent read_reserved(const pqxx::row& row) {
+  auto text = [&](int c) { return std::string(row[c].c_str(), row[c].size()); };
+  auto number = [&](int c) { return row[c].as<std::int64_t>(); };
+  Intent i;
+  i.id = number(0);
+  i.run = text(1);
+  i.tool = text(2);
+  i.scope = text(3);
+  i.fingerprint = text(4);
+  i.key = text(5);
+  i.state = parse_intent_state(row[6].c_str()).value_or(IntentState::unknown);
+  i.attempts = static_cast<int>(number(7));
+  i.window = Millis(number(8));
+  i.unknown_ttl = Millis(number(9));
+  i.created_at = from_epoch_ms(number(10));
+  i.updated_at = from_epoch_ms(number(11));
+  i.window_until = from_epoch_ms(number(12));
+  if (!row[13].is_null()) i.lease_until = from_epoch_ms(number(13));
+  return i;
+}
+
+}  // namespace
+
+std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
+  std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
+  auto batch = transact([&](pqxx::transaction_base& w) {
+    std::vector<Result<Reservation>> done = results;
+    // Valid requests in (scope, fingerprint) order: concurrent batches then
+    // take the unique-index locks in the same order and cannot deadlock.
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      if (valid(requests[i])) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+      return std::tie(requests[a].scope, requests[a].fingerprint) <
+             std::tie(requests[b].scope, requests[b].fingerprint);
+    });
+    if (order.empty()) return done;
+
+    auto bound_keys = [&] {
+      std::map<std::pair<std::string, std::string>, std::pair<std::string, std::int64_t>> bound;
+      std::string list;
+      for (auto i : order)
+        if (!requests[i].agent_key.empty())
+          list += (list.empty() ? "(" : ",(") + q(w, requests[i].scope) + "," +
+                  q(w, requests[i].agent_key) + ")";
+      if (list.empty()) return bound;
+      for (const auto& row : w.exec("SELECT scope, agent_key, fingerprint, intent_id FROM "
+                                    "agent_keys WHERE (scope, agent_key) IN (" + list + ")")) {
+        PgRow r(row);
+        bound[{r.text(0), r.text(1)}] = {r.text(2), r.int64(3)};
+      }
+      return bound;
+    };
+    auto mismatch = [&](const auto& bound, std::size_t i) -> std::optional<std::int64_t> {
+      const auto& r = requests[i];
+      if (r.agent_key.empty()) return std::nullopt;
+      auto it = bound.find({r.scope, r.agent_key});
+      if (it == bound.end() || it->second.first == r.fingerprint) return std::nullopt;
+      return it->second.second;
+    };
+
+    auto before = bound_keys();
+    std::vector<std::size_t> live;
+    for (auto i : order) {
+      if (auto other = mismatch(before, i)) {
+        done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+        continue;
+      }
+      live.push_back(i);
+    }
+    if (live.empty()) return done;
+    auto pair_of = [&](std::size_t i) { return "(" + q(w, requests[i].scope) + "," + q(w, requests[i].fingerprint) + ")"; };
+    auto join = [&](const std::vector<std::size_t>& which, auto&& item) {
+      std::string list;
+      for (auto i : which) list += (list.empty() ? "" : ",") + item(i);
+      return list;
+    };
+    // Group commit: one statement, one durable commit, many reservations.
+    // Exactly one row per scope+fingerprint gets in; the others conflict.
+    // The rows that got in come back (reserved_columns, read_reserved): no
+    // read-back for them.
+    std::map<std::pair<std::string, std::string>, Intent> rows;
+    std::set<std::int64_t> inserted;
+    // Requests with a start are inserted with attempt 1 begun, and their
+    // attempts rows written by the same statement (all of one replica).
+    std::string replica;
+    for (auto i : live)
+      if (requests[i].start) {
+        if (!replica.empty() && replica != requests[i].start->replica) throw Abort{errc::invalid_argument};
+        replica = requests[i].start->replica;
+      }
+    auto insert = [&](const std::vector<std::size_t>& which) {
+      ArrayParam run, tool, scope, fingerprint, key, snapshot, window_ms, ttl_ms, start, lease_ms;
+      for (auto i : which) {
+        const auto& r = requests[i];
+        run.text(r.run);
+        tool.text(r.tool);
+        scope.text(r.scope);
+        fingerprint.text(r.fingerprint);
+        key.text(r.key);
+        snapshot.text(r.request_snapshot);
+        window_ms.number(r.window.count());
+        ttl_ms.number(r.unknown_ttl.count());
+        start.flag(r.start.has_value());
+        lease_ms.number(r.start ? r.start->lease.count() : 0);
+      }
+      for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),
+                                             key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
+                                             lease_ms.str(), replica)) {
+        auto intent = read_reserved(row);
+        inserted.insert(intent.id);
+        auto key = std::pair{intent.scope, intent.fingerprint};
+        rows[key] = std::move(intent);
+      }
+    };
+    auto conflicted = [&] {
+      std::vector<std::size_t> rest;
+      std::set<std::pair<std::string, std::string>> listed;
+      for (auto i : live)
+        if (!rows.count({requests[i].scope, requests[i].fingerprint}) &&
+            listed.insert({requests[i].scope, requests[i].fingerprint}).second)
+          rest.push_back(i);
+      return rest;
+    };
+    insert(live);
+    if (auto rest = conflicted(); !rest.empty()) {
+      // A live intent whose window has passed and that holds no unresolved
+      // dispatch gives its fingerprint up to the new reservation.
+      auto superseded = w.exec("UPDATE intents SET superseded = true WHERE NOT superseded AND window_until <= now() "
+                               "AND " + sql_state_guard({IntentState::reserved, IntentState::completed,
+                                                         IntentState::denied, IntentState::retryable}) +
+                               " AND (scope, fingerprint) IN (" + join(rest, pair_of) + ")")
+                            .affected_rows();
+      if (superseded) insert(rest);
+      if (auto existing = conflicted(); !existing.empty())
+        for (const auto& row :
+             w.exec(select_intents("NOT superseded AND (scope, fingerprint) IN (" + join(existing, pair_of) + ")"))) {
+          auto intent = read_intent(PgRow(row));
+          auto key = std::pair{intent.scope, intent.fingerprint};
+          rows[key] = std::move(intent);
+        }
+    }
+    // The rows inserted come back without their snapshots
+    // (reserve_intents_sql): the request whose key the row holds has it.
+    for (auto i : live)
+      if (auto found = rows.find({requests[i].scope, requests[i].fingerprint});
+          found != rows.end() && inserted.count(found->second.id) && found->second.key == requests[i].key)
+        found->second.request_snapshot = requests[i].request_snapshot;
+    std::string binds;
+    for (auto i : live) {
+      const auto& r = requests[i];
+      auto found = rows.find({r.scope, r.fingerprint});
+      if (found == rows.end()) throw Abort{errc::conflict};  // superseded concurrently
+      auto& intent = found->second;
+      // The winner is the request whose key the inserted row holds; a second
+      // request of this batch for the same fingerprint is "existing".
+      bool won = inserted.count(intent.id) && intent.key == r.key;
+      if (won) inserted.erase(intent.id);
+      done[i] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing, intent,
+                            won && r.start.has_value()};
+      if (!r.agent_key.empty())
+        binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +
+                 q(w, r.fingerprint) + "," + std::to_string(intent.id) + ")";
+    }
+    if (!binds.empty()) {
+      w.exec("INSERT INTO agent_keys (scope, agent_key, fingerprint, intent_id) VALUES " + binds +
+             " ON CONFLICT DO NOTHING");
+      // A concurrent transaction may have bound one of these keys to another
+      // fingerprint first: that request is a mismatch after all.
+      auto after = bound_keys();
+      std::string unstart;
+      for (auto i : live)
+        if (auto other = mismatch(after, i)) {
+          // Its row must not say an attempt began: nothing will be sent.
+          if (done[i] && done[i]->started)
+            unstart += (unstart.empty() ? "" : ",") + std::to_string(done[i]->intent.id);
+          done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
+        }
+      if (!unstart.empty()) {
+        w.exec("DELETE FROM attempts WHERE number = 1 AND intent_id IN (" + unstart + ")");
+        w.exec("UPDATE intents SET state = 'reserved', attempts = 0, lease_until = NULL WHERE id IN (" + unstart + ")");
+      }
+    }
+    return done;
+  });
+  if (!batch) {
+    for (auto& r : results) r = batch.error();
+    return results;
+  }
+  return std::move(*batch);
+}
+
+namespace pg {
+
+std::array<std::string, admit_alone_param_count> admit_alone_params(const AdmitRequest& a) {
+  const auto& r = a.reserve;
+  bool const wants = a.first_attempt && a.first_attempt->max_attempts > 0;
+  return {r.run,
+          std::to_string(a.budget),
+          r.tool,
+          r.scope,
+          r.fingerprint,
+          r.key,
+          wants ? "true" : "false",
+          std::to_string(wants ? a.first_attempt->lease.count() : 0),
+          r.request_snapshot,
+          std::to_string(r.window.count()),
+          std::to_string(r.unknown_ttl.count()),
+          wants ? a.first_attempt->replica : std::string()};
+}
+
+AdmitFirst read_admit_first(const detail::RowView& row, int columns, const ReserveRequest& request) {
+  AdmitFirst out;
+  if (!row.is_null(columns - 2))
+    out.counted = RunCharge{ChargeOutcome::counted, row.int64(columns - 2), row.int64(columns - 1)};
+  if (!row.is_null(0)) {
+    out.inserted = read_intent(row);
+    out.inserted->request_snapshot = request.request_snapshot;  // not sent back (admit_alone_sql)
+  }
+  return out;
+}
+
+bool admits_alone(const AdmitRequest& a) { return a.reserve.agent_key.empty() && valid(a.reserve) && a.budget > 0; }
+
+}  // namespace pg
+
+std::optional<Result<Admission>> PgStore::admit_alone(const AdmitRequest& a) {
+  if (batch_ || !admits_alone(a)) return std::nullopt;
+  // The run's charge, the reservation and its first attempt in one
+  // statement (its own transaction: one round trip). The attempt begins only
+  // when the charge counted and the reservation is fresh, as in the batch.
+  auto first = transact(
+      [&](pqxx::transaction_base& w) {
+        auto p = admit_alone_params(a);
+        auto rows = w.exec_prepared("admit_alone", p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+                                    p[10], p[11]);
+        return read_admit_first(PgRow(rows[0]), static_cast<int>(rows[0].size()), a.reserve);
+      },
+      Commit::one_statement);
+  if (!first) return Result<Admission>(first.error());
+  return finish_admission(a, std::move(*first));
+}
+
+Result<Admission> PgStore::finish_admission(const AdmitRequest& a, AdmitFirst first) {
+  bool const counted = first.counted.has_value();
+  if (auto whole = whole_admission(first)) return Result<Admission>(std::move(*whole));
+  const auto& r = a.reserve;
+  Admission admission;
+  if (first.counted) {
+    admission.charge = *first.counted;
+  } else {
+    auto run = find_run(r.run);
+    if (!run) return Result<Admission>(run.error());
+    admission.charge = RunCharge{charge_refusal(*run, CallKind::write), run->calls, run->budget};
+  }
+  if (first.inserted) {
+    admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first.inserted), false};
+    admission.reservation.started = admission.reservation.intent.state == IntentState::dispatched;
+  } else {
+    // A live intent holds the fingerprint: the batch's reservation (read it
+    // back, or supersede it if its window has passed), without the charge,
+    // which counted already.
+    ReserveRequest again = r;
+    if (counted && a.first_attempt && a.first_attempt->max_attempts > 0)
+      again.start = ReserveRequest::Start{a.first_attempt->lease, a.first_attempt->replica};
+    auto reserved = std::move(reserve_intents({&again, 1}).front());
+    if (!reserved) return Result<Admission>(reserved.error());
+    admission.reservation = std::move(*reserved);
+  }
+  if (admission.reservation.started)
+    admission.start = AttemptStart{AttemptOutcome::started, 1, admission.reservation.intent};
+  return Result<Admission>(std::move(admission));
+}
+
+}  // namespace idemgate::ledger
