@@ -80,8 +80,10 @@ class Completion {
     if (result.has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
     stats_.latency.observe(std::chrono::steady_clock::now() - start_);
     // Boxed: a Result holds an Intent or two (dozens of members), moved once
-    // here; post's wrappers then move a pointer, not the Result.
-    asio::post(work_, [handler = std::move(handler_), boxed = std::make_unique<Result<T>>(std::move(result))]() mutable {
+    // here; post's wrappers then move a pointer, not the Result. Boxed before
+    // the handler is taken: an allocation that fails leaves it in place.
+    auto boxed = std::make_unique<Result<T>>(std::move(result));
+    asio::post(work_, [handler = std::move(handler_), boxed = std::move(boxed)]() mutable {
       std::move(handler)(std::move(*boxed));
     });
   }

@@ -83,8 +83,9 @@ std::string record_outcomes_sql(std::string_view columns) {
 
 // Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
 // order) that get in, each with attempt 1 begun when its $9 is set (lease
-// $10 ms, replica $11), come back whole but for their request snapshots
-// (the caller has them); the others conflict.
+// $10 ms, replica $11), come back as reserved_columns (what the server made
+// and what the request set: read_reserved fills in the rest, a fresh row's
+// defaults); the others conflict.
 std::string reserve_intents_sql() {
   return "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
          "request_snapshot, window_ms, unknown_ttl_ms, window_until) "

@@ -227,26 +227,16 @@ std::string redact_request(const RequestSnapshot& request, const config::Redact&
   // Written directly (one per guarded write, on the network thread): the
   // members in the order a document would have them, the strings escaped
   // as its serializer would. Only a JSON body goes through a document.
-  std::size_t size = 64 + request.method.size() + request.target.size() + request.body.size();
-  for (const auto& [n, v] : request.headers) size += n.size() + v.size() + 8;
   std::string out;
-  out.reserve(size);
+  out.reserve(64 + request.method.size() + request.target.size() + request.body.size() +
+              detail::headers_json_size(request.headers));
   out += "{\"method\":";
   detail::append_json_string(out, request.method);
   out += ",\"target\":";
   detail::append_json_string(out, redact_target(request.target, rules));
-  out += ",\"headers\":[";
-  bool first = true;
-  for (const auto& [n, v] : request.headers) {
-    if (is_secret_header(n, rules)) continue;
-    out += first ? "[" : ",[";
-    first = false;
-    detail::append_json_string(out, n);
-    out += ',';
-    detail::append_json_string(out, v);
-    out += ']';
-  }
-  out += "],\"body\":";
+  out += ",\"headers\":";
+  detail::append_headers_json(out, request.headers, [&](std::string_view name) { return is_secret_header(name, rules); });
+  out += ",\"body\":";
   std::string redacted;
   std::string_view body = request.body;
   if (!rules.body.empty()) body = redacted = redact_body(body, header_value(request.headers, "Content-Type"), rules);

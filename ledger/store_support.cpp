@@ -64,19 +64,9 @@ void append_json_string(std::string& out, std::string_view s) {
 std::string encode_headers(const Headers& headers) {
   // Written directly (one per recorded answer): what serialising a document
   // of [name, value] arrays would give.
-  std::size_t size = 2;
-  for (const auto& [n, v] : headers) size += n.size() + v.size() + 8;
   std::string out;
-  out.reserve(size);
-  out += '[';
-  for (const auto& [n, v] : headers) {
-    out += out.size() == 1 ? "[" : ",[";
-    append_json_string(out, n);
-    out += ',';
-    append_json_string(out, v);
-    out += ']';
-  }
-  out += ']';
+  out.reserve(headers_json_size(headers));
+  append_headers_json(out, headers, [](std::string_view) { return false; });
   return out;
 }
 

@@ -50,6 +50,29 @@ std::string encode_headers(const Headers& headers);
 // as is), so that text written with it reads as one serialised from a
 // document. For the ledger's hot paths, which write JSON without building one.
 void append_json_string(std::string& out, std::string_view s);
+// Room enough for headers as JSON [name, value] pairs (a reserve's estimate).
+inline std::size_t headers_json_size(const Headers& headers) {
+  std::size_t size = 2;
+  for (const auto& [n, v] : headers) size += n.size() + v.size() + 8;
+  return size;
+}
+// headers as the JSON array of [name, value] pairs encode_headers stores,
+// appended to out, but for those whose name `drop` is true of.
+template <class Drop>
+void append_headers_json(std::string& out, const Headers& headers, Drop drop) {
+  out += '[';
+  bool first = true;
+  for (const auto& [n, v] : headers) {
+    if (drop(n)) continue;
+    out += first ? "[" : ",[";
+    first = false;
+    append_json_string(out, n);
+    out += ',';
+    append_json_string(out, v);
+    out += ']';
+  }
+  out += ']';
+}
 Headers decode_headers(std::string_view json);
 
 inline TimePoint from_epoch_ms(std::int64_t ms) { return TimePoint(Millis(ms)); }

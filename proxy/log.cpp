@@ -71,7 +71,7 @@ constexpr std::array<bool, 256> kPlain = [] {
 
 }  // namespace
 
-void append_json_string(std::string& out, std::string_view s) {
+void append_ascii_json_string(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
   out += '"';
   std::size_t run = 0;  // start of the pending stretch that needs no escape
@@ -130,7 +130,7 @@ void begin_line(std::string& text, std::string_view event) {
   text += "{\"ts\":\"";
   text += timestamp();
   text += "\",\"event\":";
-  append_json_string(text, event);
+  append_ascii_json_string(text, event);
 }
 
 }  // namespace
@@ -161,7 +161,7 @@ void LogLine::key(std::string_view k) {
 
 LogLine& LogLine::add(std::string_view k, std::string_view value) {
   key(k);
-  append_json_string(text_, value);
+  append_ascii_json_string(text_, value);
   return *this;
 }
 

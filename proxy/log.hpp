@@ -64,8 +64,9 @@ LogStats log_stats() noexcept;
 void log_flush();
 
 // Appends s as a JSON string: quotes, backslashes, control characters and
-// bytes outside ASCII escaped, so a line stays ASCII JSON whatever a peer sent.
-void append_json_string(std::string& out, std::string_view s);
+// bytes outside ASCII escaped, so a line stays ASCII JSON whatever a peer sent
+// (the ledger's detail::append_json_string keeps UTF-8 as sent, as Boost.JSON does).
+void append_ascii_json_string(std::string& out, std::string_view s);
 
 // The writer thread and its bounded buffer (one for stderr; tests make
 // their own on a pipe). Lines are whole: each ends with '\n'.

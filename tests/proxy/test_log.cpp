@@ -41,7 +41,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 TEST_CASE("log: JSON strings escape quotes, backslashes, control bytes and non-ASCII") {
   std::string out;
-  append_json_string(out, std::string_view("a\"b\\c\nd\x01\xc3\xa9/e", 12));
+  append_ascii_json_string(out, std::string_view("a\"b\\c\nd\x01\xc3\xa9/e", 12));
   CHECK(out == R"("a\"b\\c\nd\u0001\u00c3\u00a9/e")");
   // Bytes above 0x7f read back as the code points of the same number (each
   // two bytes of UTF-8): the line stays valid JSON, the byte values visible.
