@@ -104,9 +104,9 @@ Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {
 }
 
 void Ledger::redact(Outcome& outcome) const {
-  if (outcome.response && !outcome.redacted)
+  if (outcome.response && outcome.redacted_by != this)
     outcome.response = redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
-  outcome.redacted = true;
+  outcome.redacted_by = this;
 }
 
 Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {

@@ -13,6 +13,8 @@
 
 namespace idemgate::ledger {
 
+class Ledger;  // Outcome::redacted_by
+
 using Clock = std::chrono::system_clock;
 using TimePoint = std::chrono::time_point<Clock, std::chrono::milliseconds>;
 using Millis = std::chrono::milliseconds;
@@ -174,9 +176,11 @@ struct Outcome {
   // attempt unknown and it is reconciled before any re-send. Its commit may
   // return before the disk has it (Store::Durability::deferred).
   bool after_answer = false;
-  // Its response went through Ledger::redact already (that ledger's rules
-  // and cap): record_outcome does not redact it again.
-  bool redacted = false;
+  // The Ledger whose redact() this response went through already (its
+  // rules and cap), if any: that ledger's record_outcome does not redact it
+  // again; any other ledger does (a marker cannot carry another ledger's
+  // rules, or none, past this one's).
+  const Ledger* redacted_by = nullptr;
 };
 
 enum class CallKind { read, write };

@@ -196,3 +196,27 @@ LEDGER_CONFORMANCE(planted_secret, "a planted secret is stored nowhere") {
   CHECK(stored.find("ch_1") != std::string::npos);  // the dump does see the rows
   CHECK(stored.find("PLANTED-SECRET") == std::string::npos);
 }
+
+LEDGER_CONFORMANCE(redacted_by_another_ledger,
+                   "an outcome another ledger redacted is redacted again by the ledger that records it") {
+  auto ledger = open_ledger(backend, "replica-a", rules());
+  // Another ledger on the same store, with no body rules: what it redacts
+  // leaves the body as it is.
+  auto other = open_ledger(backend, "replica-b", idemgate::config::Redact{});
+  auto reserved = run(ledger->reserve_intent(reserve_request("fp-other", "key-other"), RequestSnapshot{}));
+  REQUIRE(reserved.has_value());
+  auto id = reserved->intent.id;
+  REQUIRE(run(ledger->begin_attempt(attempt_now(*ledger, id))).has_value());
+
+  auto done = completed(id, 1);
+  done.response = StoredResponse{200, {{"Content-Type", "application/json"}}, R"({"id":"ch_2","password":"hunter2"})"};
+  other->redact(done);
+  REQUIRE(done.response.has_value());
+  CHECK(done.response->body == R"({"id":"ch_2","password":"hunter2"})");  // the other ledger's rules
+  CHECK(done.redacted_by == other.get());
+
+  auto completed = run(ledger->record_outcome(done));
+  REQUIRE(completed.has_value());
+  REQUIRE(completed->response.has_value());
+  CHECK(completed->response->body == R"({"id":"ch_2","password":"[redacted]"})");
+}
