@@ -142,7 +142,9 @@ class Ledger {
   // The response is redacted and capped at response_cap before it is stored.
   Awaitable<Intent> record_outcome(Outcome outcome);
   // What record_outcome stores of the response, done now (for a caller that
-  // shows it before it is recorded); record_outcome then leaves it as it is.
+  // shows it before it is recorded); this ledger's record_outcome then
+  // leaves it as it is (Outcome::redacted_by), any other ledger's redacts it
+  // again.
   void redact(Outcome& outcome) const;
   // The attempt was sent and no complete answer came.
   Awaitable<Intent> mark_unknown(std::int64_t intent_id, int attempt);

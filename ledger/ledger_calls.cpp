@@ -104,8 +104,10 @@ Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {
 }
 
 void Ledger::redact(Outcome& outcome) const {
-  if (outcome.response && outcome.redacted_by != this)
-    outcome.response = redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
+  // Marked only with a response to redact: one attached after this call is
+  // still redacted when it is recorded.
+  if (!outcome.response || outcome.redacted_by == this) return;
+  outcome.response = redact_response(std::move(*outcome.response), options_.redact, options_.response_cap);
   outcome.redacted_by = this;
 }
 

@@ -215,8 +215,31 @@ LEDGER_CONFORMANCE(redacted_by_another_ledger,
   CHECK(done.response->body == R"({"id":"ch_2","password":"hunter2"})");  // the other ledger's rules
   CHECK(done.redacted_by == other.get());
 
-  auto completed = run(ledger->record_outcome(done));
-  REQUIRE(completed.has_value());
-  REQUIRE(completed->response.has_value());
-  CHECK(completed->response->body == R"({"id":"ch_2","password":"[redacted]"})");
+  auto stored = run(ledger->record_outcome(done));
+  REQUIRE(stored.has_value());
+  REQUIRE(stored->response.has_value());
+  CHECK(stored->response->body == R"({"id":"ch_2","password":"[redacted]"})");
+
+  // Redacted by the recording ledger itself: stored as redact() left it,
+  // not redacted twice. Past response_cap (256 KiB) the first pass cuts the
+  // body and marks it truncated; a second pass would find a truncated JSON
+  // body, which it cannot parse to redact, and keep none of it.
+  auto next = run(ledger->reserve_intent(reserve_request("fp-once", "key-once"), RequestSnapshot{}));
+  REQUIRE(next.has_value());
+  REQUIRE(run(ledger->begin_attempt(attempt_now(*ledger, next->intent.id))).has_value());
+  auto large = completed(next->intent.id, 1);
+  large.response = StoredResponse{200,
+                                  {{"Content-Type", "application/json"}},
+                                  R"({"id":"ch_3","password":"hunter2","pad":")" + std::string(300 * 1024, 'a') +
+                                      R"("})"};
+  ledger->redact(large);
+  REQUIRE(large.response.has_value());
+  CHECK(large.redacted_by == ledger.get());
+  CHECK(large.response->truncated);
+  REQUIRE(large.response->body.size() == 256 * 1024);
+  CHECK(large.response->body.find("hunter2") == std::string::npos);
+  auto kept = run(ledger->record_outcome(large));
+  REQUIRE(kept.has_value());
+  REQUIRE(kept->response.has_value());
+  CHECK(kept->response->body == large.response->body);
 }
