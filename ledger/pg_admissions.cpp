@@ -166,20 +166,25 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
           found != rows.end() && inserted.count(found->second.id) && found->second.key == requests[i].key)
         found->second.request_snapshot = requests[i].request_snapshot;
     std::string binds;
-    for (auto i : live) {
-      const auto& r = requests[i];
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      const auto& r = requests[live[k]];
       auto found = rows.find({r.scope, r.fingerprint});
       if (found == rows.end()) throw Abort{errc::conflict};  // superseded concurrently
       auto& intent = found->second;
       // The winner is the request whose key the inserted row holds; a second
       // request of this batch for the same fingerprint is "existing".
-      bool won = inserted.count(intent.id) && intent.key == r.key;
-      if (won) inserted.erase(intent.id);
-      done[i] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing, intent,
-                            won && r.start.has_value()};
+      auto const id = intent.id;
+      bool won = inserted.count(id) && intent.key == r.key;
+      if (won) inserted.erase(id);
+      // live is in (scope, fingerprint) order: the row is moved out to the
+      // last request of its fingerprint, copied to the others.
+      const auto* next = k + 1 < live.size() ? &requests[live[k + 1]] : nullptr;
+      bool const last = !next || next->scope != r.scope || next->fingerprint != r.fingerprint;
+      done[live[k]] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing,
+                                  last ? std::move(intent) : intent, won && r.start.has_value()};
       if (!r.agent_key.empty())
         binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +
-                 q(w, r.fingerprint) + "," + std::to_string(intent.id) + ")";
+                 q(w, r.fingerprint) + "," + std::to_string(id) + ")";
     }
     if (!binds.empty()) {
       w.exec("INSERT INTO agent_keys (scope, agent_key, fingerprint, intent_id) VALUES " + binds +

@@ -10,13 +10,6 @@ namespace idemgate::ledger::detail {
 
 namespace {
 
-constexpr std::uint64_t ones = 0x0101010101010101ull;
-constexpr std::uint64_t highs = 0x8080808080808080ull;
-
-// Nonzero when a byte of w is below n (n <= 128) or equal to b.
-constexpr std::uint64_t any_below(std::uint64_t w, unsigned n) { return (w - ones * n) & ~w & highs; }
-constexpr std::uint64_t any_equal(std::uint64_t w, unsigned char b) { return any_below(w ^ (ones * b), 1); }
-
 // The length of s's longest prefix that JSON needs no escape for, read eight
 // bytes at a time (header names and values seldom have any).
 std::size_t plain_json_prefix(std::string_view s) {
@@ -24,7 +17,7 @@ std::size_t plain_json_prefix(std::string_view s) {
   for (; i + 8 <= s.size(); i += 8) {
     std::uint64_t w;
     std::memcpy(&w, s.data() + i, sizeof w);
-    if (any_below(w, 0x20) | any_equal(w, '"') | any_equal(w, '\\')) break;
+    if (swar::below(w, 0x20) | swar::equal(w, '"') | swar::equal(w, '\\')) break;
   }
   for (; i < s.size(); ++i) {
     auto const c = static_cast<unsigned char>(s[i]);

@@ -46,7 +46,10 @@ PendingTable& pending_table() {
 // Removes its entry when the background record ends, however it ends.
 class PendingEntry {
  public:
-  PendingEntry(const ledger::Ledger& ledger, ledger::Intent settled) : key_{&ledger, settled.id} {
+  // `settled` with `response` (when there is one) as its stored answer.
+  PendingEntry(const ledger::Ledger& ledger, ledger::Intent settled, const std::optional<ledger::StoredResponse>& response)
+      : key_{&ledger, settled.id} {
+    if (response) settled.response = *response;
     auto& t = pending_table();
     std::lock_guard lock(t.mutex);
     t.intents[key_] = std::move(settled);
@@ -67,13 +70,14 @@ class PendingEntry {
 };
 
 // The intent as `o` (redacted: Ledger::redact) leaves it (what
-// Store::record_outcome writes).
+// Store::record_outcome writes), but for o's response: the caller's to add
+// where it is needed (a copy of a whole answer).
 ledger::Intent settled_view(ledger::Intent i, const ledger::Outcome& o) {
   i.state = o.state;
   i.answer_class = o.answer_class;
   i.status = o.status;
   if (!o.receipt.empty()) i.receipt = o.receipt;
-  if (o.response) i.response = *o.response;
+  if (o.response) i.response.reset();  // replaced by o's
   i.lease_until.reset();
   i.unknown_since.reset();
   i.waived += o.waive ? 1 : 0;
@@ -143,7 +147,7 @@ ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledge
   // Redacted once: the view shown now and the record written later.
   ledger.redact(outcome);
   auto settled = settled_view(std::move(before), outcome);
-  PendingEntry entry(ledger, settled);
+  PendingEntry entry(ledger, settled, outcome.response);
   spawn_bounded(std::move(executor), "record_outcome",
                 keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));
   return settled;

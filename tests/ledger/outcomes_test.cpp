@@ -182,3 +182,55 @@ TEST_CASE("postgresql: a value the server refuses fails its own outcome only, no
   CHECK(results[2].has_value());
   CHECK(backend->query("SELECT string_agg(state, ',' ORDER BY id) FROM intents") == "completed,dispatched,completed\n");
 }
+
+// The PostgreSQL store sends a batch's text columns as array literals, each
+// element quoted with " and \ escaped, scanning eight bytes at a time for
+// them: every offset in and across a word, runs of them, bytes that differ
+// from them by one bit or one value, and long plain runs, read back exact.
+LEDGER_CONFORMANCE(record_outcomes_escapes,
+                   "record_outcomes stores text with quotes and backslashes at every offset exactly") {
+  REQUIRE(migrate(backend.config).has_value());
+  auto store = open_store(backend);
+  std::vector<std::string> receipts;
+  std::string const plain = "abcdefghijklmnopqrstuvwx";
+  for (std::size_t at = 0; at <= 17; ++at) {
+    for (char special : {'"', '\\'}) {
+      std::string r = plain.substr(0, at);
+      r += special;
+      r += plain.substr(0, at % 5);
+      receipts.push_back(r);
+    }
+  }
+  receipts.push_back("\\\"\"\\\\\"x");                      // a run of them
+  receipts.push_back("abcdefg\"\\abcdefg\\\"abcdefgh\"");   // astride word ends
+  // Neighbours, and bytes that are " or \ with the high bit set (in valid
+  // UTF-8: a PostgreSQL text column takes nothing else): \xc2\xa2 is U+00A2,
+  // \xdc\x80 U+0700.
+  receipts.push_back("\xc2\xa2\xdc\x80\x22\x5c\x21\x23\x5b\x5d\x01\x7f\xc3\xa9\"");
+  receipts.push_back(std::string(40, 'z') + "\"" + std::string(9, 'y'));
+  receipts.push_back("{\"a\":\"b\\\\n\",\"c\":[1,\"d\"]}");  // JSON, as snapshots and headers are
+  receipts.push_back(std::string(64, '\\'));
+
+  std::vector<std::int64_t> ids;
+  for (std::size_t i = 0; i < receipts.size(); ++i) {
+    ids.push_back(reserve(*store, "esc-" + std::to_string(i)));
+    REQUIRE(store->begin_attempt(attempt_now(*store, ids.back()), "replica-a").has_value());
+  }
+  std::vector<Outcome> outcomes;
+  for (std::size_t i = 0; i < receipts.size(); ++i) {
+    auto o = completed(ids[i], 1);
+    o.receipt = receipts[i];
+    outcomes.push_back(o);
+  }
+  std::vector<Result<Intent>> results;
+  auto failed = store->batch([&] { results = store->record_outcomes(outcomes); });
+  REQUIRE_MESSAGE(!failed, failed.message());
+  REQUIRE(results.size() == receipts.size());
+  auto again = open_store(backend);
+  for (std::size_t i = 0; i < receipts.size(); ++i) {
+    REQUIRE_MESSAGE(results[i].has_value(), i << ": " << results[i].error().message());
+    auto stored = again->find_intent(ids[i]);
+    REQUIRE(stored.has_value());
+    CHECK_MESSAGE(stored->receipt == receipts[i], i << ": " << receipts[i]);
+  }
+}

@@ -3,6 +3,8 @@
 // attempt compare-and-set; agent keys bound to their first fingerprint.
 #include "backend.hpp"
 
+#include "ledger/open_store.hpp"
+
 #include <set>
 
 using namespace idemgate::ledger;
@@ -141,4 +143,35 @@ LEDGER_CONFORMANCE(invalid_reservation, "a reservation without key or fingerprin
   auto ledger = open_ledger(backend);
   auto result = run(ledger->reserve_intent(reserve_request("", "k"), {}));
   CHECK(result.error() == errc::invalid_argument);
+}
+
+// One multi-row statement with several requests for one fingerprint (they
+// sort next to each other): one wins, and every one of them is handed the
+// whole row, the first as much as the last.
+LEDGER_CONFORMANCE(one_fingerprint_in_one_batch, "requests for one fingerprint in one batch all get its whole row") {
+  REQUIRE(migrate(backend.config).has_value());
+  auto store = open_store(backend);
+  std::vector<ReserveRequest> requests;
+  for (const char* key : {"k-b", "k-a", "k-c"}) {
+    requests.push_back(reserve_request("fp-same", key));
+    requests.back().request_snapshot = std::string("{\"from\":\"") + key + "\"}";
+  }
+  requests.push_back(reserve_request("fp-other", "k-other"));
+  std::vector<Result<Reservation>> reserved;
+  auto failed = store->batch([&] { reserved = store->reserve_intents(requests); });
+  REQUIRE_MESSAGE(!failed, failed.message());
+  REQUIRE(reserved.size() == 4);
+  for (auto& r : reserved) REQUIRE_MESSAGE(r.has_value(), r.error().message());
+  int winners = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (reserved[i]->outcome == ReserveOutcome::reserved) ++winners;
+    CHECK(reserved[i]->intent.id == reserved[0]->intent.id);
+    CHECK(reserved[i]->intent.fingerprint == "fp-same");
+    CHECK(reserved[i]->intent.run == "run-1");
+    CHECK(reserved[i]->intent.key == reserved[0]->intent.key);
+    CHECK(reserved[i]->intent.request_snapshot == "{\"from\":\"" + reserved[0]->intent.key + "\"}");
+  }
+  CHECK(winners == 1);
+  CHECK(reserved[3]->outcome == ReserveOutcome::reserved);
+  CHECK(reserved[3]->intent.key == "k-other");
 }
