@@ -16,6 +16,7 @@
 
 #include <pqxx/pqxx>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <optional>
