@@ -151,6 +151,39 @@ CONF
 # rss_mib PID [FIELD]: VmRSS (or VmHWM) in MiB.
 rss_mib() { awk -v f="${2:-VmRSS}:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
+# cpu_ticks PID: user + system clock ticks of PID (all its threads) and of
+# its children's so far (nginx does its work in a worker, a child of the
+# master we start).
+cpu_ticks() {
+  local pid total=0
+  for pid in "$1" $(pgrep -P "$1" || true); do
+    total=$((total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+
+# pg_ticks DATADIR: user + system clock ticks of the PostgreSQL server of
+# DATADIR so far: the postmaster, the processes it runs now (backends, WAL
+# writer, autovacuum...) and those it has reaped (a backend whose client
+# left counts in the postmaster's children's time). A process that exits
+# while this reads is missed or counted twice: a few ticks, against
+# hundreds in a measured run.
+pg_ticks() {
+  local pm pid t total
+  pm=$(head -1 "$1/postmaster.pid")
+  total=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat")
+  for pid in $(pgrep -P "$pm" || true); do
+    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
+    total=$((total + ${t:-0}))
+  done
+  echo "$total"
+}
+
+# us_each TICKS COUNT: microseconds of CPU an item ("-" for no items).
+us_each() {
+  awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { if (n + 0 > 0) printf "%.1f", t / hz * 1e6 / n; else print "-" }'
+}
+
 # json_upstream_conf PORT: the tiny upstream answering {"id":"x"} (application/json)
 # with keep-alive to any method and path; X-Seen-Idempotency-Key echoes the
 # Idempotency-Key it received, so a bench can check that idemgate injected one.
