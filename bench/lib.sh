@@ -1,4 +1,4 @@
-# Shared by bench/passthrough and bench/idle-connections (sourced, not run).
+# Shared by the scripts of bench/ (sourced, not run).
 # Expects: set -euo pipefail, the current folder at the repository root, BUILD.
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -153,11 +153,12 @@ rss_mib() { awk -v f="${2:-VmRSS}:" '$1 == f { printf "%.1f", $2 / 1024 }' "/pro
 
 # cpu_ticks PID: user + system clock ticks of PID (all its threads) and of
 # its children's so far (nginx does its work in a worker, a child of the
-# master we start).
+# master we start). A process gone meanwhile counts 0.
 cpu_ticks() {
-  local pid total=0
+  local pid t total=0
   for pid in "$1" $(pgrep -P "$1" || true); do
-    total=$((total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")))
+    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
+    total=$((total + ${t:-0}))
   done
   echo "$total"
 }
@@ -165,16 +166,24 @@ cpu_ticks() {
 # pg_ticks DATADIR: user + system clock ticks of the PostgreSQL server of
 # DATADIR so far: the postmaster, the processes it runs now (backends, WAL
 # writer, autovacuum...) and those it has reaped (a backend whose client
-# left counts in the postmaster's children's time). A process that exits
-# while this reads is missed or counted twice: a few ticks, against
-# hundreds in a measured run.
+# left counts in the postmaster's children's time). A child reaped between
+# the two reads would count in neither, with all of its time (a pgbench
+# backend: a sixteenth of the run's): the reading is taken again until the
+# list of children is the same before and after it.
 pg_ticks() {
-  local pm pid t total
+  local pm pid t total before after tries=0
   pm=$(head -1 "$1/postmaster.pid")
-  total=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat")
-  for pid in $(pgrep -P "$pm" || true); do
-    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
-    total=$((total + ${t:-0}))
+  while :; do
+    before=$(pgrep -P "$pm" | sort || true)
+    total=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat")
+    for pid in $before; do
+      t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
+      total=$((total + ${t:-0}))
+    done
+    after=$(pgrep -P "$pm" | sort || true)
+    [ "$before" = "$after" ] && break
+    tries=$((tries + 1))
+    [ "$tries" -lt 50 ] || break
   done
   echo "$total"
 }
