@@ -23,7 +23,43 @@ Statement::Statement(sqlite3* db, std::string_view sql) : db_(db) {
         "prepare");
 }
 
-Statement::~Statement() { sqlite3_finalize(stmt_); }
+Statement::Statement(Connection& connection, std::string_view sql)
+    : db_(connection.db_), connection_(&connection) {
+  if (auto found = connection.idle_.find(sql); found != connection.idle_.end()) {
+    taken_ = connection.idle_.extract(found);
+    stmt_ = taken_.mapped();
+    return;
+  }
+  text_ = sql;
+  check(db_, sqlite3_prepare_v3(db_, text_.data(), static_cast<int>(text_.size()), SQLITE_PREPARE_PERSISTENT,
+                                &stmt_, nullptr),
+        "prepare");
+}
+
+Statement::~Statement() {
+  if (!connection_ || !stmt_) {
+    sqlite3_finalize(stmt_);
+    return;
+  }
+  // Reset ends what a step left open (a read of the database, an error);
+  // the next user binds every parameter anew.
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+  auto& idle = connection_->idle_;
+  if (!taken_.empty()) {
+    // Another statement of the same text, given back first, keeps the slot.
+    auto back = idle.insert(std::move(taken_));
+    if (!back.inserted) sqlite3_finalize(stmt_);
+    return;
+  }
+  if (idle.size() >= Connection::max_idle || !idle.try_emplace(std::move(text_), stmt_).second)
+    sqlite3_finalize(stmt_);
+}
+
+Connection::~Connection() {
+  for (auto& [text, stmt] : idle_) sqlite3_finalize(stmt);
+  sqlite3_close_v2(db_);
+}
 
 Statement& Statement::bind(int index, std::string_view text) {
   // An empty view may have no data(); SQLite would bind that as NULL.

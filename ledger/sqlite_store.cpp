@@ -29,7 +29,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path,
   return store;
 }
 
-SqliteStore::~SqliteStore() { sqlite3_close_v2(db_); }
+SqliteStore::~SqliteStore() = default;  // db_ closes the connection
 
 boost::system::error_code SqliteStore::batch(const std::function<void()>& body, Calls calls, Durability durability) {
   if (in_batch_) return errc::invalid_argument;

@@ -4,6 +4,7 @@
 // the file lock (BEGIN IMMEDIATE), waiting at most busy_timeout.
 #pragma once
 
+#include "ledger/sqlite_statement.hpp"
 #include "ledger/store.hpp"
 
 #include <string>
@@ -66,7 +67,7 @@ class SqliteStore final : public Store {
   void settle_unknown_escalations(std::int64_t intent_id, const std::string& answer_class,
                                   const std::string& receipt, std::int64_t now);
 
-  sqlite3* db_;
+  sqlite::Connection db_;
   bool in_batch_ = false;
   bool together_ = false;  // the open batch is Calls::together
   boost::system::error_code batch_error_;  // the open batch's transaction failed
