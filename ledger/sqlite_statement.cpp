@@ -46,14 +46,20 @@ Statement::~Statement() {
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
   auto& idle = connection_->idle_;
-  if (!taken_.empty()) {
-    // Another statement of the same text, given back first, keeps the slot.
-    auto back = idle.insert(std::move(taken_));
-    if (!back.inserted) sqlite3_finalize(stmt_);
-    return;
-  }
-  if (idle.size() >= Connection::max_idle || !idle.try_emplace(std::move(text_), stmt_).second)
+  // Room is reserved for the bound (no rehash); the key's node of a new
+  // text can still fail to allocate, and a destructor must not throw.
+  try {
+    if (idle.size() >= Connection::max_idle) {
+      sqlite3_finalize(stmt_);
+    } else if (!taken_.empty()) {
+      // Another statement of the same text, given back first, keeps the slot.
+      if (!idle.insert(std::move(taken_)).inserted) sqlite3_finalize(stmt_);
+    } else if (!idle.try_emplace(std::move(text_), stmt_).second) {
+      sqlite3_finalize(stmt_);
+    }
+  } catch (...) {
     sqlite3_finalize(stmt_);
+  }
 }
 
 Connection::~Connection() {

@@ -38,11 +38,12 @@ class Statement;
 // again: parsing had been 61% of the instructions of a guarded write on a
 // SQLite ledger. At most `max_idle` texts are kept (the texts built with a
 // variable number of terms would otherwise grow it without end); past
-// that a statement is finalized when done, as before. Owns the handle:
+// that a statement is finalized when done, as before, even one taken from
+// it (given back while others of its texts took the room). Owns the handle:
 // closes it (after finalizing what it kept) when destroyed.
 class Connection final {
  public:
-  explicit Connection(sqlite3* db) noexcept : db_(db) {}
+  explicit Connection(sqlite3* db) : db_(db) { idle_.reserve(max_idle + 16); }
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;

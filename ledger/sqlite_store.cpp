@@ -84,8 +84,8 @@ Result<int> SqliteStore::migrate() {
     sqlite::exec(db_,
                  "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
                  "name TEXT NOT NULL, applied_at INTEGER NOT NULL DEFAULT 0)");
-    // Finalized before the scripts run: a DROP fails (SQLITE_LOCKED) while
-    // a statement of the connection is still open.
+    // Done (reset) before the scripts run: a DROP fails (SQLITE_LOCKED)
+    // while a statement of the connection is still running.
     int version = [&] {
       Statement current(db_, "SELECT coalesce(max(version), 0) FROM schema_version");
       current.step();

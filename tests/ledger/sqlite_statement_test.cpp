@@ -62,6 +62,13 @@ TEST_CASE("unit: a connection's statement is prepared once and taken again, its 
     s.bind(1, std::string_view("b"));
     CHECK(s.run() == 1);
   }
+  CHECK(c.idle() == 1);  // given back again, not finalized after its reuse
+  {
+    Statement s(c, insert);
+    CHECK(sqlite3_next_stmt(c, nullptr) == first);
+    s.bind(1, std::string_view("c")).bind(2, std::string_view("3"));
+    CHECK(s.run() == 1);
+  }
   CHECK(one_text(c, "SELECT v FROM kv WHERE k = 'b'") == "NULL");
   CHECK(one_text(c, "SELECT v FROM kv WHERE k = 'a'") == "1");
 }
@@ -124,6 +131,28 @@ TEST_CASE("unit: a statement given back mid-read holds no lock, and one that fai
   CHECK(one_text(c, "SELECT count(*) FROM u") == "4");
 }
 
+TEST_CASE("unit: long texts that differ only in their middle are kept apart") {
+  TempDb t;
+  Connection c(t.open());
+  // Same length, same first and last 32 bytes: the same hash, told apart by
+  // the whole text.
+  std::string const head = "SELECT 'padding padding padding padding', ";
+  std::string const tail = " AS v FROM (SELECT 1) WHERE 1 = 1 AND 2 = 2 AND 3 = 3";
+  std::string const one = head + "'first!'" + tail;
+  std::string const two = head + "'second'" + tail;
+  REQUIRE(one.size() == two.size());
+  REQUIRE(one.size() > 64);
+  for (int round = 0; round < 2; ++round) {
+    Statement a(c, one);
+    REQUIRE(a.step());
+    CHECK(a.text(1) == "first!");
+    Statement b(c, two);
+    REQUIRE(b.step());
+    CHECK(b.text(1) == "second");
+  }
+  CHECK(c.idle() == 2);
+}
+
 TEST_CASE("unit: a connection keeps at most max_idle texts, and kept statements follow schema changes") {
   TempDb t;
   Connection c(t.open());
@@ -134,6 +163,13 @@ TEST_CASE("unit: a connection keeps at most max_idle texts, and kept statements 
   int open = 0;
   for (auto* s = sqlite3_next_stmt(c, nullptr); s; s = sqlite3_next_stmt(c, s)) ++open;
   CHECK(open == static_cast<int>(Connection::max_idle));
+  // One taken out while the room is filled again is not kept past it.
+  {
+    Statement held(c, "SELECT 0 FROM (SELECT 1)");
+    one_text(c, "SELECT 'room' FROM (SELECT 1)");
+    CHECK(c.idle() == Connection::max_idle);
+  }
+  CHECK(c.idle() == Connection::max_idle);
 
   // Kept before the table changed, it is prepared again by SQLite itself.
   char const* star = "SELECT * FROM s";
