@@ -151,15 +151,19 @@ CONF
 # rss_mib PID [FIELD]: VmRSS (or VmHWM) in MiB.
 rss_mib() { awk -v f="${2:-VmRSS}:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
-# cpu_ticks PID: user + system clock ticks of PID (all its threads) and of
-# its children's so far (nginx does its work in a worker, a child of the
-# master we start). A process gone meanwhile counts 0.
+# stat_ticks PID [REAPED]: user + system clock ticks of PID so far (all its
+# threads), with REAPED (any value) also those of the children it has
+# waited for; 0 when the process is gone.
+stat_ticks() {
+  awk -v reaped="${2:-}" '{ sub(/^.*\) /, ""); print $12 + $13 + (reaped != "" ? $14 + $15 : 0) }' \
+    "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# cpu_ticks PID: the ticks of PID and of its children so far (nginx does its
+# work in a worker, a child of the master we start).
 cpu_ticks() {
-  local pid t total=0
-  for pid in "$1" $(pgrep -P "$1" || true); do
-    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
-    total=$((total + ${t:-0}))
-  done
+  local pid total=0
+  for pid in "$1" $(pgrep -P "$1" || true); do total=$((total + $(stat_ticks "$pid"))); done
   echo "$total"
 }
 
@@ -171,15 +175,12 @@ cpu_ticks() {
 # backend: a sixteenth of the run's): the reading is taken again until the
 # list of children is the same before and after it.
 pg_ticks() {
-  local pm pid t total before after tries=0
+  local pm pid total before after tries=0
   pm=$(head -1 "$1/postmaster.pid")
   while :; do
     before=$(pgrep -P "$pm" | sort || true)
-    total=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat")
-    for pid in $before; do
-      t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
-      total=$((total + ${t:-0}))
-    done
+    total=$(stat_ticks "$pm" reaped)
+    for pid in $before; do total=$((total + $(stat_ticks "$pid"))); done
     after=$(pgrep -P "$pm" | sort || true)
     [ "$before" = "$after" ] && break
     tries=$((tries + 1))
