@@ -70,13 +70,14 @@ std::string admit_alone_sql() {
 
 namespace {
 
-// Store::record_outcomes for one round (an intent once): the function of
-// migration 0007 (its planner settings and lock order are its own), its
-// columns $1-$16 as ArrayParams, $17 true when the commit need not wait for
-// the disk.
-std::string record_outcomes_sql(std::string_view columns) {
-  return "SELECT " + std::string(columns) +
-         " FROM idemgate_record_outcomes($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[], "
+// Store::record_outcomes for one round (an intent once) calls a function of
+// migrations 0007 and 0008 (their planner settings and lock order are their
+// own): its columns $1-$16 as ArrayParams, $17 true when the commit need not
+// wait for the disk. idemgate_record_outcomes gives the settled intents,
+// idemgate_settle_outcomes only their ids (it reads no row back).
+std::string outcomes_call(std::string_view function) {
+  return std::string(function) +
+         "($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[], "
          "$7::text[], $8::boolean[], $9::int[], $10::text[], $11::bytea[], $12::boolean[], $13::int[], $14::text[], "
          "$15::text[], $16::text[], $17::boolean)";
 }
@@ -128,9 +129,9 @@ error_code PgStore::connect() {
     // admit_alone's statement, planned once per connection (its plan is
     // most of its server time at one connection).
     c->c.prepare("admit_alone", admit_alone_sql());
-    c->c.prepare("record_outcomes", record_outcomes_sql(intent_columns));
+    c->c.prepare("record_outcomes", "SELECT " + std::string(intent_columns) + " FROM " + outcomes_call("idemgate_record_outcomes"));
     // The same for outcomes after their answers: the ids alone.
-    c->c.prepare("record_outcomes_ids", record_outcomes_sql("id"));
+    c->c.prepare("record_outcomes_ids", "SELECT id FROM unnest(" + outcomes_call("idemgate_settle_outcomes") + ") AS id");
     c->c.prepare("reserve_intents", reserve_intents_sql());
     // Store::count_calls: the runs created, locked once each in id order,
     // then counted ($1 run ids, $2 budgets or counts).

@@ -118,22 +118,29 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
   CHECK(backend->query(scans) == "0\n");
 }
 
-// The outcome function's planner settings are its own (SET clauses): they end
-// with the call, and the caller's next statement in the same transaction
-// plans as before. Its defer argument (an outcome recorded after its answer)
-// turns synchronous_commit off for the rest of that transaction, and
-// without it the commit still waits for the disk.
-TEST_CASE("postgresql: the outcome function's settings end with it; defer alone skips the flush" *
+// The outcome functions' planner settings are their own (SET clauses): they
+// end with the call, and the caller's next statement in the same transaction
+// plans as before. Their defer argument (an outcome recorded after its
+// answer) turns synchronous_commit off for the rest of that transaction, and
+// without it the commit still waits for the disk: in the function that
+// settles (idemgate_settle_outcomes, the ids alone) and in the one that also
+// reads the settled intents back, which calls it.
+TEST_CASE("postgresql: the outcome functions' settings end with them; defer alone skips the flush" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
   REQUIRE(migrate(backend->config).has_value());
-  auto call = [&](const char* defer) {
+  auto call = [&](bool settle_only, const char* defer) {
+    std::string const args = std::string("'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
+                                         "'{}', '{}', '{}', '{}', ") + defer;
+    std::string const count = settle_only ? "cardinality(idemgate_settle_outcomes(" + args + "))"
+                                          : "count(*) FROM idemgate_record_outcomes(" + args + ")";
     // One transaction (psql sends the statements as one query string).
-    return backend->query(std::string("SELECT count(*) FROM idemgate_record_outcomes('{}', '{}', '{}', '{}', '{}', "
-                                      "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', ") +
-                          defer + "); SHOW synchronous_commit; SHOW enable_hashjoin; SHOW enable_seqscan; "
-                                  "SHOW plan_cache_mode");
+    return backend->query("SELECT " + count + "; SHOW synchronous_commit; SHOW enable_hashjoin; "
+                          "SHOW enable_seqscan; SHOW plan_cache_mode");
   };
-  CHECK(call("true") == "0\noff\non\non\nauto\n");
-  CHECK(call("false") == "0\non\non\non\nauto\n");
+  for (bool settle_only : {false, true}) {
+    CAPTURE(settle_only);
+    CHECK(call(settle_only, "true") == "0\noff\non\non\nauto\n");
+    CHECK(call(settle_only, "false") == "0\non\non\non\nauto\n");
+  }
 }

@@ -1,0 +1,6 @@
+-- idemgate ledger, SQLite, version 8: nothing to change.
+--
+-- On PostgreSQL this version lets outcomes recorded after their answers
+-- skip reading their intents back (a function's result). SQLite has no such
+-- function. The version is kept so that both backends number their schemas
+-- alike.
