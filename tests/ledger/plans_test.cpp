@@ -144,3 +144,63 @@ TEST_CASE("postgresql: the outcome functions' settings end with them; defer alon
     CHECK(call(settle_only, "false") == "0\non\non\non\nauto\n");
   }
 }
+
+// Schema version 9 dropped the foreign key from attempts to intents: its
+// check was a query of its own for every attempt. What it guarded holds by
+// construction: each way the ledger writes an attempt (a batch's
+// reservation with its first attempt, a lone admission, an attempt begun
+// alone or with others) writes it beside the intent it locks, and an
+// attempt asked for an intent that does not exist is refused with nothing
+// written.
+TEST_CASE("postgresql: attempts check no foreign key, and every attempt the ledger writes has its intent" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  CHECK(backend->query("SELECT count(*) FROM pg_constraint WHERE conrelid = 'attempts'::regclass AND contype = 'f'") ==
+        "0\n");
+  auto stores = open_stores(backend->config);
+  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+  auto& store = *stores->front();
+  // A batch's reservation with its first attempt begun.
+  auto batched = reserve_request("fk-batch", "key-fk-batch");
+  batched.start = ReserveRequest::Start{Millis(60000), "replica-a"};
+  auto a = store.reserve_intents({&batched, 1}).front();
+  REQUIRE_MESSAGE(a.has_value(), a.error().message());
+  REQUIRE(a->started);
+  // A lone admission.
+  auto alone = store.admit_alone(AdmitRequest{reserve_request("fk-alone", "key-fk-alone"), 100000,
+                                              FirstAttempt{3, Millis(60000), "replica-a"}});
+  REQUIRE(alone.has_value());
+  REQUIRE_MESSAGE(alone->has_value(), alone->error().message());
+  REQUIRE((*alone)->start.has_value());
+  // An attempt begun alone, then a second one after a retryable answer,
+  // begun with another intent's first.
+  auto plain = reserve_request("fk-plain", "key-fk-plain");
+  auto c = store.reserve_intents({&plain, 1}).front();
+  REQUIRE(c.has_value());
+  REQUIRE(store.begin_attempt(attempt_now(store, c->intent.id), "replica-a").has_value());
+  Outcome retry;
+  retry.intent_id = c->intent.id;
+  retry.attempt = 1;
+  retry.state = IntentState::retryable;
+  retry.answer_class = "rate_limited";
+  REQUIRE(store.record_outcome(retry).has_value());
+  auto other = reserve_request("fk-other", "key-fk-other");
+  auto d = store.reserve_intents({&other, 1}).front();
+  REQUIRE(d.has_value());
+  std::vector<AttemptRequest> both{attempt_now(store, c->intent.id), attempt_now(store, d->intent.id)};
+  for (auto& started : store.begin_attempts(both, "replica-a")) {
+    REQUIRE_MESSAGE(started.has_value(), started.error().message());
+    CHECK(started->outcome == AttemptOutcome::started);
+  }
+  // No such intent: refused, nothing written.
+  auto missing = store.begin_attempt(AttemptRequest{99999999, IntentState::reserved, 0, 3, std::chrono::minutes(1)},
+                                     "replica-a");
+  CHECK(missing.has_error());
+  CHECK(backend->query("SELECT count(*) FROM attempts") == "5\n");
+  CHECK(backend->query("SELECT count(*) FROM attempts WHERE intent_id NOT IN (SELECT id FROM intents)") == "0\n");
+  CHECK(backend->query("SELECT string_agg(intent_id || ':' || number, ',' ORDER BY intent_id, number) FROM attempts") ==
+        std::to_string(a->intent.id) + ":1," + std::to_string((*alone)->reservation.intent.id) + ":1," +
+            std::to_string(c->intent.id) + ":1," + std::to_string(c->intent.id) + ":2," +
+            std::to_string(d->intent.id) + ":1\n");
+}

@@ -1,0 +1,7 @@
+-- idemgate ledger, SQLite, version 9: nothing to change.
+--
+-- On PostgreSQL this version drops the foreign key from attempts to
+-- intents, whose check was a query of its own for every attempt. SQLite
+-- checks it with one lookup of the intent's primary key, in the process,
+-- and would have to rebuild the table to drop it. The version is kept so
+-- that both backends number their schemas alike.
