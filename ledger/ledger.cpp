@@ -61,6 +61,9 @@ Ledger::~Ledger() {
       (o && o->after_answer ? kept : abandoned).push_back(std::move(job));
     }
     queue_.swap(kept);
+    gathering_ = static_cast<std::size_t>(std::count_if(queue_.begin(), queue_.end(), [](const auto& job) {
+      return job->not_before != std::chrono::steady_clock::time_point{};
+    }));
   }
   ready_.notify_all();
   for (auto& job : abandoned) job->fail(errc::shutting_down);
@@ -90,7 +93,8 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
       if (auto const* o = job->outcome();
           lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0) {
         job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
-        wake = !timed_wait_ || *timed_wait_ > start_time(*job);
+        ++gathering_;
+        wake = full_gather() || !timed_wait_ || *timed_wait_ > start_time(*job);
       } else {
         // A call waiting for its lane's writer is that writer's next batch
         // (it looks again when it finishes): waking an idle worker now
@@ -161,8 +165,18 @@ std::chrono::steady_clock::time_point Ledger::start_time(const Job& job) const {
   return job.not_before;
 }
 
+bool Ledger::full_gather() const { return gathering_ >= options_.max_batch; }
+
 bool Ledger::startable(const Job& job, std::chrono::steady_clock::time_point now) const {
-  return takeable(job) && (stopping_ || start_time(job) <= now);
+  bool const gathering = job.not_before != std::chrono::steady_clock::time_point{};
+  return takeable(job) && (stopping_ || start_time(job) <= now || (gathering && full_gather()));
+}
+
+std::unique_ptr<Ledger::Job> Ledger::take(std::deque<std::unique_ptr<Job>>::iterator& it) {
+  auto job = std::move(*it);
+  it = queue_.erase(it);
+  if (job->not_before != std::chrono::steady_clock::time_point{}) --gathering_;
+  return job;
 }
 
 bool Ledger::any_startable(std::chrono::steady_clock::time_point now) const {
@@ -180,8 +194,7 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady
   std::vector<std::unique_ptr<Job>> batch;
   auto first = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return startable(*job, now); });
   if (first == queue_.end()) return batch;
-  batch.push_back(std::move(*first));
-  queue_.erase(first);
+  batch.push_back(take(first));
   if (batch.front()->order.phase == Order::alone) return batch;
   // One lane's locking calls per batch: the lane of the first one.
   std::optional<int> lane;
@@ -195,8 +208,7 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady
   // gathering too: they were waiting for a batch to share).
   for (auto it = queue_.begin(); it != queue_.end() && batch.size() < options_.max_batch;) {
     if ((*it)->order.phase != Order::alone && takeable(**it) && fits(**it)) {
-      batch.push_back(std::move(*it));
-      it = queue_.erase(it);
+      batch.push_back(take(it));
     } else {
       ++it;
     }

@@ -232,9 +232,13 @@ class Ledger {
   // The next batch this worker may take (empty: none now). Under mutex_.
   std::vector<std::unique_ptr<Job>> take_batch(std::chrono::steady_clock::time_point now);
   // May join a batch (its lane's writer is free); may start one (and its
-  // gathering time is over, or the ledger is stopping). mutex_ held.
+  // gathering time is over, a batch's worth gathers, or the ledger is
+  // stopping). mutex_ held.
   bool takeable(const Job& job) const;
   bool startable(const Job& job, std::chrono::steady_clock::time_point now) const;
+  bool full_gather() const;  // max_batch outcomes or more gather
+  // Removes the call at `it` from the queue (it moves to the next one).
+  std::unique_ptr<Job> take(std::deque<std::unique_ptr<Job>>::iterator& it);
   // When `job` may start, if takeable (a gathering outcome's not_before, or
   // later). mutex_ held.
   std::chrono::steady_clock::time_point start_time(const Job& job) const;
@@ -272,6 +276,11 @@ class Ledger {
   // The time a worker waits for (a gathering call's not_before), if any: a
   // call gathering until after it needs no wake-up of its own.
   std::optional<std::chrono::steady_clock::time_point> timed_wait_;
+  // Queued outcomes that gather (a not_before of their own). A batch's
+  // worth of them (max_batch) starts at once: at a high enough rate
+  // outcome_gather would otherwise hold more outcomes than a batch takes,
+  // and the queue they fill (queue_limit) would refuse admissions.
+  std::size_t gathering_ = 0;
   std::vector<std::thread> workers_;
   std::unique_ptr<DirectAdmit> direct_;
   // Admissions asked for so far, and whether none came while the last

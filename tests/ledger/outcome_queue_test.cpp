@@ -234,3 +234,31 @@ TEST_CASE("unit: Ledger::open gathers outcomes for ledger.outcome_gather") {
   CHECK(ledger->options().outcome_gather == 37ms);
   CHECK(LedgerOptions{}.outcome_gather == idemgate::config::Ledger{}.outcome_gather);  // one default
 }
+
+// A batch's worth of gathering outcomes starts at once: at a rate where
+// outcome_gather holds more outcomes than one batch takes, they would fill
+// the queue (and its limit would refuse admissions) while they waited.
+TEST_CASE("unit: a batch's worth of gathering outcomes is written at once, in one batch") {
+  LedgerOptions options;
+  options.outcome_gather = std::chrono::hours(1);
+  options.max_batch = 4;
+  LaneLedger lanes(options);
+  lanes.release();
+  Loop loop;
+  std::vector<std::future<Result<Intent>>> outcomes;
+  for (std::int64_t id = 1; id <= 3; ++id) outcomes.push_back(loop.spawn(lanes.ledger->record_outcome(after_answer(id))));
+  // Three of four: they gather.
+  REQUIRE(wait_until([&] { return lanes.ledger->queued() == 3; }));
+  CHECK(lanes.entered() == 0);
+  CHECK(!gathering_done(outcomes.front()));
+  // The fourth fills a batch: all four are written now, together.
+  outcomes.push_back(loop.spawn(lanes.ledger->record_outcome(after_answer(4))));
+  for (auto& o : outcomes) {
+    REQUIRE(o.wait_for(deadline) == std::future_status::ready);
+    CHECK(o.get().has_value());
+  }
+  CHECK(lanes.transactions() == std::vector<std::vector<std::string>>{
+                                    {"record_outcome 1", "record_outcome 2", "record_outcome 3", "record_outcome 4"}});
+  CHECK(lanes.durabilities() == std::vector<Store::Durability>{Store::Durability::deferred});
+  CHECK(lanes.ledger->queued() == 0);
+}
