@@ -93,15 +93,19 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
       if (auto const* o = job->outcome();
           lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0) {
         job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
-        ++gathering_;
-        wake = full_gather() || !timed_wait_ || *timed_wait_ > start_time(*job);
+        // A full gather wakes a worker only if one could take it now; a
+        // busy lane 1 writer takes it when its batch ends.
+        wake = (gathering_ + 1 >= gather_limit() && takeable(*job)) || !timed_wait_ ||
+               *timed_wait_ > start_time(*job);
       } else {
         // A call waiting for its lane's writer is that writer's next batch
         // (it looks again when it finishes): waking an idle worker now
         // would only put it back to sleep, a context switch per call.
         wake = takeable(*job);
       }
+      bool const gathers = job->not_before != std::chrono::steady_clock::time_point{};
       queue_.push_back(std::move(job));
+      if (gathers) ++gathering_;
     }
   }
   if (!why) {
@@ -159,13 +163,18 @@ std::chrono::steady_clock::time_point Ledger::start_time(const Job& job) const {
   // wire (for up to one more outcome_gather): its statement would share the
   // server's CPUs, and its WAL, with the admission that a request waits
   // for. release_direct wakes a worker for it as soon as the admission is
-  // back.
+  // back. A batch's worth of them (full_gather) starts even so: holding
+  // more would fill the queue.
   bool const gathering = job.not_before != std::chrono::steady_clock::time_point{};
   if (gathering && direct_writing_) return job.not_before + options_.outcome_gather;
   return job.not_before;
 }
 
-bool Ledger::full_gather() const { return gathering_ >= options_.max_batch; }
+std::size_t Ledger::gather_limit() const {
+  return std::max<std::size_t>(1, std::min(options_.max_batch, options_.queue_limit / 4));
+}
+
+bool Ledger::full_gather() const { return gathering_ >= gather_limit(); }
 
 bool Ledger::startable(const Job& job, std::chrono::steady_clock::time_point now) const {
   bool const gathering = job.not_before != std::chrono::steady_clock::time_point{};

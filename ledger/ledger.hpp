@@ -236,7 +236,8 @@ class Ledger {
   // stopping). mutex_ held.
   bool takeable(const Job& job) const;
   bool startable(const Job& job, std::chrono::steady_clock::time_point now) const;
-  bool full_gather() const;  // max_batch outcomes or more gather
+  std::size_t gather_limit() const;
+  bool full_gather() const;  // gather_limit() outcomes or more gather
   // Removes the call at `it` from the queue (it moves to the next one).
   std::unique_ptr<Job> take(std::deque<std::unique_ptr<Job>>::iterator& it);
   // When `job` may start, if takeable (a gathering outcome's not_before, or
@@ -277,9 +278,10 @@ class Ledger {
   // call gathering until after it needs no wake-up of its own.
   std::optional<std::chrono::steady_clock::time_point> timed_wait_;
   // Queued outcomes that gather (a not_before of their own). A batch's
-  // worth of them (max_batch) starts at once: at a high enough rate
-  // outcome_gather would otherwise hold more outcomes than a batch takes,
-  // and the queue they fill (queue_limit) would refuse admissions.
+  // worth of them (gather_limit: max_batch, or a quarter of queue_limit if
+  // less) starts at once: at a high enough rate outcome_gather would
+  // otherwise hold more outcomes than a batch takes, and the queue they
+  // fill (queue_limit) would refuse admissions.
   std::size_t gathering_ = 0;
   std::vector<std::thread> workers_;
   std::unique_ptr<DirectAdmit> direct_;

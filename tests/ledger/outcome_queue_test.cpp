@@ -261,4 +261,31 @@ TEST_CASE("unit: a batch's worth of gathering outcomes is written at once, in on
                                     {"record_outcome 1", "record_outcome 2", "record_outcome 3", "record_outcome 4"}});
   CHECK(lanes.durabilities() == std::vector<Store::Durability>{Store::Durability::deferred});
   CHECK(lanes.ledger->queued() == 0);
+  // The count starts again: a fifth gathers, until a batch takes it along.
+  auto fifth = loop.spawn(lanes.ledger->record_outcome(after_answer(5)));
+  CHECK(fifth.wait_for(100ms) == std::future_status::timeout);
+  CHECK(lanes.ledger->queued() == 1);
+  CHECK(lanes.transactions().size() == 1);
+  CHECK(loop.spawn(lanes.ledger->find_intent(7)).get().error() == errc::not_found);
+  CHECK(fifth.get().has_value());
+}
+
+// With a small queue a quarter of it is a batch's worth: the gathering
+// outcomes never hold the queue.
+TEST_CASE("unit: with a small ledger queue, a quarter of it gathered is written at once") {
+  LedgerOptions options;
+  options.outcome_gather = std::chrono::hours(1);
+  options.queue_limit = 8;
+  LaneLedger lanes(options);
+  lanes.release();
+  Loop loop;
+  auto first = loop.spawn(lanes.ledger->record_outcome(after_answer(1)));
+  REQUIRE(wait_until([&] { return lanes.ledger->queued() == 1; }));
+  CHECK(!gathering_done(first));
+  auto second = loop.spawn(lanes.ledger->record_outcome(after_answer(2)));
+  REQUIRE(first.wait_for(deadline) == std::future_status::ready);
+  REQUIRE(second.wait_for(deadline) == std::future_status::ready);
+  CHECK(first.get().has_value());
+  CHECK(second.get().has_value());
+  CHECK(lanes.transactions() == std::vector<std::vector<std::string>>{{"record_outcome 1", "record_outcome 2"}});
 }

@@ -1,7 +1,7 @@
 -- idemgate ledger, PostgreSQL, version 9: attempts no longer check their
 -- intent through a foreign key.
 --
--- Every attempts row is written by the statement that inserts or updates
+-- Every attempts row is written by the transaction that inserts or updates
 -- (and so locks) its intent: a fresh reservation with its first attempt
 -- begun, or a later attempt begun by the update that counts it. Intents are
 -- never deleted. The foreign key from attempts to intents could therefore
