@@ -14,6 +14,12 @@
 #include <optional>
 
 namespace idemgate::ledger {
+namespace {
+
+// An outcome that waits for others to share its commit (outcome_gather).
+bool gathers(const Ledger::Job& job) { return job.not_before != std::chrono::steady_clock::time_point{}; }
+
+}  // namespace
 
 Result<std::unique_ptr<Ledger>> Ledger::open(const config::Ledger& config,
                                              const config::Redact& redact,
@@ -61,9 +67,8 @@ Ledger::~Ledger() {
       (o && o->after_answer ? kept : abandoned).push_back(std::move(job));
     }
     queue_.swap(kept);
-    gathering_ = static_cast<std::size_t>(std::count_if(queue_.begin(), queue_.end(), [](const auto& job) {
-      return job->not_before != std::chrono::steady_clock::time_point{};
-    }));
+    gathering_ = static_cast<std::size_t>(
+        std::count_if(queue_.begin(), queue_.end(), [](const auto& job) { return gathers(*job); }));
   }
   ready_.notify_all();
   for (auto& job : abandoned) job->fail(errc::shutting_down);
@@ -91,21 +96,21 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
       // takes it along. With one lane (SQLite) it would instead join the
       // next admission's batch, on that request's path: it does not wait.
       if (auto const* o = job->outcome();
-          lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0) {
+          lanes_ && o && o->after_answer && options_.outcome_gather.count() > 0)
         job->not_before = std::chrono::steady_clock::now() + options_.outcome_gather;
+      const Job& queued = *job;
+      queue_.push_back(std::move(job));
+      if (gathers(queued)) {
+        ++gathering_;
         // A full gather wakes a worker only if one could take it now; a
         // busy lane 1 writer takes it when its batch ends.
-        wake = (gathering_ + 1 >= gather_limit() && takeable(*job)) || !timed_wait_ ||
-               *timed_wait_ > start_time(*job);
+        wake = (full_gather() && takeable(queued)) || !timed_wait_ || *timed_wait_ > start_time(queued);
       } else {
         // A call waiting for its lane's writer is that writer's next batch
         // (it looks again when it finishes): waking an idle worker now
         // would only put it back to sleep, a context switch per call.
-        wake = takeable(*job);
+        wake = takeable(queued);
       }
-      bool const gathers = job->not_before != std::chrono::steady_clock::time_point{};
-      queue_.push_back(std::move(job));
-      if (gathers) ++gathering_;
     }
   }
   if (!why) {
@@ -165,8 +170,7 @@ std::chrono::steady_clock::time_point Ledger::start_time(const Job& job) const {
   // for. release_direct wakes a worker for it as soon as the admission is
   // back. A batch's worth of them (full_gather) starts even so: holding
   // more would fill the queue.
-  bool const gathering = job.not_before != std::chrono::steady_clock::time_point{};
-  if (gathering && direct_writing_) return job.not_before + options_.outcome_gather;
+  if (gathers(job) && direct_writing_) return job.not_before + options_.outcome_gather;
   return job.not_before;
 }
 
@@ -177,14 +181,13 @@ std::size_t Ledger::gather_limit() const {
 bool Ledger::full_gather() const { return gathering_ >= gather_limit(); }
 
 bool Ledger::startable(const Job& job, std::chrono::steady_clock::time_point now) const {
-  bool const gathering = job.not_before != std::chrono::steady_clock::time_point{};
-  return takeable(job) && (stopping_ || start_time(job) <= now || (gathering && full_gather()));
+  return takeable(job) && (stopping_ || start_time(job) <= now || (gathers(job) && full_gather()));
 }
 
 std::unique_ptr<Ledger::Job> Ledger::take(std::deque<std::unique_ptr<Job>>::iterator& it) {
   auto job = std::move(*it);
   it = queue_.erase(it);
-  if (job->not_before != std::chrono::steady_clock::time_point{}) --gathering_;
+  if (gathers(*job)) --gathering_;
   return job;
 }
 

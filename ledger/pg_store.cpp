@@ -129,9 +129,11 @@ error_code PgStore::connect() {
     // admit_alone's statement, planned once per connection (its plan is
     // most of its server time at one connection).
     c->c.prepare("admit_alone", admit_alone_sql());
-    c->c.prepare("record_outcomes", "SELECT " + std::string(intent_columns) + " FROM " + outcomes_call("idemgate_record_outcomes"));
+    c->c.prepare("record_outcomes",
+                 "SELECT " + std::string(intent_columns) + " FROM " + outcomes_call("idemgate_record_outcomes"));
     // The same for outcomes after their answers: the ids alone.
-    c->c.prepare("record_outcomes_ids", "SELECT id FROM unnest(" + outcomes_call("idemgate_settle_outcomes") + ") AS id");
+    c->c.prepare("record_outcomes_ids",
+                 "SELECT id FROM unnest(" + outcomes_call("idemgate_settle_outcomes") + ") AS id");
     c->c.prepare("reserve_intents", reserve_intents_sql());
     // Store::count_calls: the runs created, locked once each in id order,
     // then counted ($1 run ids, $2 budgets or counts).
