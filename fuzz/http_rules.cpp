@@ -43,6 +43,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   (void)acceptable_request_transfer_encoding(req);
   const std::string_view target_text = req.target();
+  // parse_absolute_target's plain reader must read exactly as the grammar does.
+  if (auto plain = detail::parse_plain_absolute_target(target_text)) {
+    const auto grammar = detail::parse_absolute_target_by_grammar(target_text);
+    if (!grammar || plain->scheme != grammar->scheme || plain->host != grammar->host ||
+        plain->port != grammar->port || plain->origin_form != grammar->origin_form ||
+        plain->host_is_ip != grammar->host_is_ip)
+      std::abort();
+  }
   if (req.method() == http::verb::connect) {
     if (auto t = parse_authority_target(target_text)) check_target(*t);
   } else if (auto t = parse_absolute_target(target_text)) {

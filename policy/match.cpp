@@ -209,9 +209,21 @@ const Tool* ToolTable::match(const MatchRequest& request) const noexcept {
   return match_bucket(any_host_, request);
 }
 
+bool ToolTable::may_match_host(std::string_view host) const noexcept {
+  if (!any_host_.exact_paths.empty() || !any_host_.other_paths.empty()) return true;
+  if (!exact_hosts_.empty() && exact_hosts_.contains(host)) return true;
+  if (glob_suffixes_.empty()) return false;
+  for (auto dot = host.find('.'); dot != std::string_view::npos; dot = host.find('.', dot + 1))
+    if (glob_suffixes_.contains(host.substr(dot))) return true;
+  return false;
+}
+
 TargetMatch ToolTable::match_target(const TargetRequest& request) const {
-  const auto target = normalize_target(request.scheme, request.host, request.port, request.origin_form);
   TargetMatch result;
+  // Most requests through a proxy go to hosts no tool names: the host
+  // alone tells, before the path and query are normalised.
+  if (const auto host = normalize_host(request.host); !host || !may_match_host(*host)) return result;
+  const auto target = normalize_target(request.scheme, request.host, request.port, request.origin_form);
   if (target.host.empty()) return result;
   MatchRequest normal;
   normal.method = request.method;

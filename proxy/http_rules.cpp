@@ -4,6 +4,7 @@
 #include "policy/normalize.hpp"
 
 #include <boost/beast/core/string.hpp>
+#include <boost/container/small_vector.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/range/iterator_range.hpp>
 #include <boost/url/parse.hpp>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cstring>
 #include <vector>
 
 namespace idemgate::proxy {
@@ -30,22 +32,23 @@ RawHeaderCheck check_raw_header(std::string_view bytes, std::size_t request_line
   }
   auto const end = bytes.find("\r\n\r\n", pos);
   std::string_view const scan = end == std::string_view::npos ? bytes : bytes.substr(0, end + 4);
-  for (std::size_t i = pos; i < scan.size(); ++i) {
-    char const c = scan[i];
-    if (c == '\0') {
-      out.error = RawHeaderError::nul_byte;
+  // The first NUL, and each LF before it (memchr: this runs on every
+  // request); an error is the first offending byte's.
+  auto const nul = scan.find('\0', pos);
+  std::string_view const lines = scan.substr(0, nul);
+  for (auto i = lines.find('\n', pos); i != std::string_view::npos; i = lines.find('\n', i + 1)) {
+    if (i == 0 || scan[i - 1] != '\r') {
+      out.error = RawHeaderError::bare_lf;
       return out;
     }
-    if (c == '\n') {
-      if (i == 0 || scan[i - 1] != '\r') {
-        out.error = RawHeaderError::bare_lf;
-        return out;
-      }
-      if (i + 1 < scan.size() && (scan[i + 1] == ' ' || scan[i + 1] == '\t')) {
-        out.error = RawHeaderError::obs_fold;
-        return out;
-      }
+    if (i + 1 < scan.size() && (scan[i + 1] == ' ' || scan[i + 1] == '\t')) {
+      out.error = RawHeaderError::obs_fold;
+      return out;
     }
+  }
+  if (nul != std::string_view::npos) {
+    out.error = RawHeaderError::nul_byte;
+    return out;
   }
   if (end == std::string_view::npos) return out;  // incomplete
   out.error = RawHeaderError::none;
@@ -53,16 +56,37 @@ RawHeaderCheck check_raw_header(std::string_view bytes, std::size_t request_line
   return out;
 }
 
+namespace {
+
+void append_port(std::string& out, std::uint16_t port) {
+  char digits[8];
+  auto const end = std::to_chars(digits, digits + sizeof digits, port).ptr;
+  out += ':';
+  out.append(digits, end);
+}
+
+}  // namespace
+
 std::string Target::authority() const {
   bool const v6 = host.find(':') != std::string::npos;
-  std::string a = v6 ? "[" + host + "]" : host;
   bool const default_port = (scheme == "http" && port == 80) || (scheme == "https" && port == 443);
-  if (!default_port) a += ":" + std::to_string(port);
+  std::string a;
+  a.reserve(host.size() + 8);
+  if (v6) a += '[';
+  a += host;
+  if (v6) a += ']';
+  if (!default_port) append_port(a, port);
   return a;
 }
 
 std::string Target::pool_key() const {
-  return scheme + "://" + host + ":" + std::to_string(port);
+  std::string key;
+  key.reserve(scheme.size() + host.size() + 9);
+  key += scheme;
+  key += "://";
+  key += host;
+  append_port(key, port);
+  return key;
 }
 
 namespace {
@@ -91,7 +115,103 @@ bool is_dotted_ipv4(std::string_view host) {
 
 }  // namespace
 
-std::optional<Target> parse_absolute_target(std::string_view text) {
+namespace {
+
+constexpr bool is_lower_host_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+}
+
+constexpr bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// RFC 3986 pchar without pct-encoded (checked on its own), plus '/': the
+// bytes a path may hold as they are.
+constexpr std::array<bool, 256> kPathChar = [] {
+  std::array<bool, 256> t{};
+  for (char c = 'a'; c <= 'z'; ++c) t[static_cast<unsigned char>(c)] = true;
+  for (char c = 'A'; c <= 'Z'; ++c) t[static_cast<unsigned char>(c)] = true;
+  for (char c = '0'; c <= '9'; ++c) t[static_cast<unsigned char>(c)] = true;
+  for (char c : std::string_view("-._~!$&'()*+,;=:@/")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
+// A dotted quad as RFC 3986's IPv4address spells it: four decimal octets,
+// no leading zeros.
+bool is_strict_ipv4(std::string_view host) {
+  int parts = 0;
+  std::size_t i = 0;
+  while (i <= host.size()) {
+    std::size_t const start = i;
+    unsigned value = 0;
+    while (i < host.size() && host[i] >= '0' && host[i] <= '9' && i - start < 3)
+      value = value * 10 + static_cast<unsigned>(host[i++] - '0');
+    std::size_t const digits = i - start;
+    if (digits == 0 || value > 255 || (digits > 1 && host[start] == '0')) return false;
+    ++parts;
+    if (i == host.size()) break;
+    if (host[i] != '.' || parts == 4) return false;
+    ++i;
+  }
+  return parts == 4;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::optional<Target> parse_plain_absolute_target(std::string_view text) {
+  std::size_t pos;
+  Target t;
+  if (text.starts_with("http://")) {
+    pos = 7;
+    t.scheme = "http";
+    t.port = 80;
+  } else if (text.starts_with("https://")) {
+    pos = 8;
+    t.scheme = "https";
+    t.port = 443;
+  } else {
+    return std::nullopt;
+  }
+  std::size_t const host_start = pos;
+  while (pos < text.size() && is_lower_host_char(text[pos])) ++pos;
+  std::string_view const host = text.substr(host_start, pos - host_start);
+  // A name starts with a letter or digit and has no trailing dot (the
+  // grammar reader drops it): the others are left to that reader.
+  if (host.empty() || host.front() == '.' || host.front() == '-' || host.back() == '.') return std::nullopt;
+  if (host.front() >= '0' && host.front() <= '9') {
+    // Boost.URL reads a leading dotted quad as an address whatever follows
+    // it ("1.2.3.4.evil"): only a whole, strict one is read here.
+    if (!is_strict_ipv4(host)) return std::nullopt;
+    t.host_is_ip = true;
+  }
+  if (pos < text.size() && text[pos] == ':') {
+    std::size_t const port_start = ++pos;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
+    auto const port = parse_port(text.substr(port_start, pos - port_start));
+    if (!port) return std::nullopt;
+    t.port = *port;
+  }
+  // path-abempty, then an optional query: pchar and '/' (the first '?'
+  // starts the query, later ones are part of it).
+  std::size_t const origin_start = pos;
+  for (; pos < text.size(); ++pos) {
+    char const c = text[pos];
+    if (pos == origin_start && c != '/' && c != '?') return std::nullopt;
+    if (kPathChar[static_cast<unsigned char>(c)] || c == '?') continue;
+    if (c == '%' && pos + 2 < text.size() && is_hex(text[pos + 1]) && is_hex(text[pos + 2])) {
+      pos += 2;
+      continue;
+    }
+    return std::nullopt;
+  }
+  t.host = std::string(host);
+  std::string_view const origin = text.substr(origin_start);
+  if (origin.empty() || origin.front() == '?') t.origin_form = "/";
+  t.origin_form += origin;
+  return t;
+}
+
+std::optional<Target> parse_absolute_target_by_grammar(std::string_view text) {
   auto parsed = boost::urls::parse_absolute_uri(text);
   if (!parsed) return std::nullopt;
   auto const& u = *parsed;
@@ -134,6 +254,14 @@ std::optional<Target> parse_absolute_target(std::string_view text) {
     t.origin_form += u.encoded_query();
   }
   return t;
+}
+
+
+}  // namespace detail
+
+std::optional<Target> parse_absolute_target(std::string_view text) {
+  if (auto plain = detail::parse_plain_absolute_target(text)) return plain;
+  return detail::parse_absolute_target_by_grammar(text);
 }
 
 std::optional<Target> parse_authority_target(std::string_view text) {
@@ -217,21 +345,34 @@ bool is_hop_by_hop(http::field name) {
 }  // namespace
 
 void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
-  // Headers named by Connection are hop-by-hop too. One pass over the
-  // fields, not a lookup per name: this runs on every message.
-  std::vector<std::string> named;
-  for (auto const name : {http::field::connection, http::field::proxy_connection}) {
-    for (auto const& field : boost::make_iterator_range(f.equal_range(name)))
-      for (auto token : http::token_list{field.value()}) named.emplace_back(token);
+  // Headers named by Connection are hop-by-hop too. Two passes over the
+  // fields, no lookup by name: this runs on every message. The names are
+  // copied (usually into the string's own small buffer) and split once: the
+  // Connection field they come from is erased before the fields after it
+  // are checked.
+  std::string named;
+  for (auto const& field : f) {
+    if (field.name() != http::field::connection && field.name() != http::field::proxy_connection) continue;
+    named += field.value();
+    named += ',';
+  }
+  boost::container::small_vector<std::string_view, 4> names;
+  for (std::string_view rest = named; !rest.empty();) {
+    auto const comma = rest.find(',');
+    auto name = rest.substr(0, comma);
+    rest.remove_prefix(comma + 1);  // every name ends with a comma
+    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+    if (!name.empty()) names.push_back(name);
   }
   auto const is_named = [&](std::string_view name) {
-    return std::any_of(named.begin(), named.end(), [&](const std::string& n) { return boost::beast::iequals(n, name); });
+    return std::any_of(names.begin(), names.end(), [&](std::string_view n) { return boost::beast::iequals(n, name); });
   };
   for (auto it = f.begin(); it != f.end();) {
     auto const name = it->name_string();
     bool const drop = is_hop_by_hop(it->name()) ||
                       (strip_idemgate && name.size() >= 9 && boost::beast::iequals(name.substr(0, 9), "idemgate-")) ||
-                      (!named.empty() && is_named(name));
+                      (!names.empty() && is_named(name));
     it = drop ? f.erase(it) : std::next(it);
   }
 }
@@ -259,62 +400,91 @@ std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view value) {
 }
 
 void add_via(http::fields& f, unsigned version) {
-  std::string hop = std::to_string(version / 10) + "." + std::to_string(version % 10) + " idemgate";
-  auto existing = f[http::field::via];
-  if (existing.empty()) {
-    f.set(http::field::via, hop);
-  } else {
-    std::string joined(existing);
-    joined += ", ";
-    joined += hop;
-    f.set(http::field::via, joined);
+  char hop[] = "1.1 idemgate";
+  hop[0] = static_cast<char>('0' + version / 10 % 10);
+  hop[2] = static_cast<char>('0' + version % 10);
+  std::string_view const mine(hop, sizeof hop - 1);
+  auto const existing = f.find(http::field::via);
+  if (existing == f.end()) {
+    f.insert(http::field::via, mine);
+    return;
   }
+  std::string joined(existing->value());
+  joined += ", ";
+  joined += mine;
+  f.set(http::field::via, joined);
 }
 
 namespace {
 
-void append_fields(const http::fields& f, std::string& out) {
-  for (auto const& field : f) {
-    out += field.name_string();
-    out += ": ";
-    out += field.value();
-    out += "\r\n";
+// A header rendered into a string sized once: the fields are walked twice
+// (sizes, then bytes) instead of growing the string by four appends a
+// field; this runs twice a request.
+class HeadWriter {
+public:
+  HeadWriter(const http::fields& f, std::size_t start_line, std::string& out) : fields_(f) {
+    std::size_t size = start_line + 2;
+    for (auto const& field : f) size += field.name_string().size() + field.value().size() + 4;
+    out.resize(size);
+    p_ = out.data();
   }
-  out += "\r\n";
-}
 
-void append_version(unsigned version, std::string& out) {
-  out += "HTTP/";
-  out += static_cast<char>('0' + version / 10);
-  out += '.';
-  out += static_cast<char>('0' + version % 10);
-}
+  void put(std::string_view s) noexcept {
+    std::memcpy(p_, s.data(), s.size());
+    p_ += s.size();
+  }
+  void put(char c) noexcept { *p_++ = c; }
+  void put_version(unsigned version) noexcept {
+    put("HTTP/");
+    put(static_cast<char>('0' + version / 10 % 10));
+    put('.');
+    put(static_cast<char>('0' + version % 10));
+  }
+  void put_fields() noexcept {
+    for (auto const& field : fields_) {
+      put(field.name_string());
+      put(": ");
+      put(field.value());
+      put("\r\n");
+    }
+    put("\r\n");
+  }
+
+private:
+  const http::fields& fields_;
+  char* p_ = nullptr;
+};
+
+constexpr std::size_t kVersionSize = 8;  // "HTTP/1.1"
 
 }  // namespace
 
 void render_head(const http::request_header<>& h, std::string& out) {
-  out.clear();
-  out += h.method_string();
-  out += ' ';
-  out += h.target();
-  out += ' ';
-  append_version(h.version(), out);
-  out += "\r\n";
-  append_fields(h, out);
+  std::string_view const method = h.method_string();
+  std::string_view const target = h.target();
+  HeadWriter w(h, method.size() + 1 + target.size() + 1 + kVersionSize + 2, out);
+  w.put(method);
+  w.put(' ');
+  w.put(target);
+  w.put(' ');
+  w.put_version(h.version());
+  w.put("\r\n");
+  w.put_fields();
 }
 
 void render_head(const http::response_header<>& h, std::string& out) {
-  out.clear();
-  append_version(h.version(), out);
+  std::string_view const reason = h.reason();
+  HeadWriter w(h, kVersionSize + 5 + reason.size() + 2, out);
   unsigned const code = h.result_int();
-  out += ' ';
-  out += static_cast<char>('0' + code / 100 % 10);
-  out += static_cast<char>('0' + code / 10 % 10);
-  out += static_cast<char>('0' + code % 10);
-  out += ' ';
-  out += h.reason();
-  out += "\r\n";
-  append_fields(h, out);
+  w.put_version(h.version());
+  w.put(' ');
+  w.put(static_cast<char>('0' + code / 100 % 10));
+  w.put(static_cast<char>('0' + code / 10 % 10));
+  w.put(static_cast<char>('0' + code % 10));
+  w.put(' ');
+  w.put(reason);
+  w.put("\r\n");
+  w.put_fields();
 }
 
 }  // namespace idemgate::proxy

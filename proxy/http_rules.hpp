@@ -46,6 +46,17 @@ struct Target {
 // Parses an absolute-form request target ("http://host:port/path?q").
 std::optional<Target> parse_absolute_target(std::string_view target);
 
+namespace detail {
+// parse_absolute_target's two readers, apart for the test that compares
+// them. The plain one reads the spelling nearly every client sends
+// (lowercase scheme and host name or a dotted quad, an optional port, a path
+// and query of RFC 3986 characters) without Boost.URL, and answers nullopt
+// for anything else, valid or not; the grammar one (Boost.URL) decides those.
+// Whatever the plain one reads, the grammar one reads the same.
+std::optional<Target> parse_plain_absolute_target(std::string_view target);
+std::optional<Target> parse_absolute_target_by_grammar(std::string_view target);
+}  // namespace detail
+
 // Parses a CONNECT authority-form target ("host:port"; port required).
 std::optional<Target> parse_authority_target(std::string_view target);
 

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -150,48 +152,93 @@ void log_event(std::string_view event, boost::json::object fields) {
   stderr_sink().push(text, is_urgent(event));
 }
 
-LogLine::LogLine(std::string_view event) : text_(line_buffer()), urgent_(is_urgent(event)) { begin_line(text_, event); }
+LogLine::LogLine(std::string_view event) : text_(line_buffer()), urgent_(is_urgent(event)) {
+  // log_event leaves the buffer at its line's size; a LogLine keeps it at
+  // its full size (no clearing, no filling a line).
+  if (text_.size() < 1024) text_.resize(1024);
+  put("{\"ts\":\"");
+  put(timestamp());
+  put("\",\"event\":");
+  put_string(event);
+}
+
+char* LogLine::room(std::size_t n) {
+  if (size_ + n > text_.size()) text_.resize(std::max(2 * text_.size(), size_ + n));
+  char* const at = text_.data() + size_;
+  size_ += n;
+  return at;
+}
+
+void LogLine::put(std::string_view bytes) { std::memcpy(room(bytes.size()), bytes.data(), bytes.size()); }
+
+void LogLine::put_string(std::string_view value) {
+  // Written in place when no byte needs escaping (nearly always);
+  // otherwise by the general escaper.
+  if (std::all_of(value.begin(), value.end(), [](char c) { return kPlain[static_cast<unsigned char>(c)]; })) {
+    char* p = room(value.size() + 2);
+    *p++ = '"';
+    std::memcpy(p, value.data(), value.size());
+    p[value.size()] = '"';
+    return;
+  }
+  std::string escaped;
+  append_ascii_json_string(escaped, value);
+  put(escaped);
+}
 
 void LogLine::key(std::string_view k) {
   // Keys are the code's own identifiers: no escaping needed.
-  text_ += ",\"";
-  text_ += k;
-  text_ += "\":";
+  char* p = room(k.size() + 4);
+  *p++ = ',';
+  *p++ = '"';
+  std::memcpy(p, k.data(), k.size());
+  p += k.size();
+  *p++ = '"';
+  *p = ':';
 }
 
 LogLine& LogLine::add(std::string_view k, std::string_view value) {
   key(k);
-  append_ascii_json_string(text_, value);
+  put_string(value);
   return *this;
 }
 
+namespace {
+
+template <class Int>
+std::size_t put_int(char* at, Int v) {
+  return static_cast<std::size_t>(std::to_chars(at, at + 20, v).ptr - at);
+}
+
+}  // namespace
+
 LogLine& LogLine::add(std::string_view k, std::uint64_t value) {
   key(k);
-  append_int(text_, value);
+  size_ -= 20 - put_int(room(20), value);
   return *this;
 }
 
 LogLine& LogLine::add(std::string_view k, std::int64_t value) {
   key(k);
-  append_int(text_, value);
+  size_ -= 20 - put_int(room(20), value);
   return *this;
 }
 
 LogLine& LogLine::add(std::string_view k, bool value) {
   key(k);
-  text_ += value ? "true" : "false";
+  put(value ? "true" : "false");
   return *this;
 }
 
 LogLine& LogLine::add_null(std::string_view k) {
   key(k);
-  text_ += "null";
+  put("null");
   return *this;
 }
 
 void LogLine::emit() {
-  text_ += "}\n";
-  stderr_sink().push(text_, urgent_);
+  put("}\n");
+  stderr_sink().push(std::string_view(text_.data(), size_), urgent_);
 }
 
 void log_exception(std::string_view where, std::exception_ptr e) {

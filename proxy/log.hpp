@@ -45,7 +45,14 @@ public:
 
 private:
   void key(std::string_view k);
-  std::string& text_;
+  // n more bytes at the end of the line: the per-thread buffer is kept at
+  // its full size and written through a pointer, so a field costs a few
+  // copies, not a string append per piece.
+  char* room(std::size_t n);
+  void put(std::string_view bytes);
+  void put_string(std::string_view value);  // as a JSON string
+  std::string& text_;  // the bytes [0, size_) are the line so far
+  std::size_t size_ = 0;
   bool urgent_;
 };
 

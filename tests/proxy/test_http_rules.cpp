@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <random>
 #include <sstream>
 
 using namespace idemgate::proxy;
@@ -41,6 +42,58 @@ TEST_CASE("raw header: request line limit, even before the header is complete") 
 TEST_CASE("raw header: leading empty lines are tolerated") {
   auto r = check_raw_header("\r\n\r\nGET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 8192);
   CHECK(r.error == RawHeaderError::none);
+}
+
+namespace {
+
+// check_raw_header's rules one byte at a time, as they read.
+RawHeaderCheck raw_header_by_bytes(std::string_view bytes, std::size_t request_line_limit) {
+  RawHeaderCheck out;
+  std::size_t pos = 0;
+  while (pos + 1 < bytes.size() && bytes[pos] == '\r' && bytes[pos + 1] == '\n') pos += 2;
+  auto const line_end = bytes.find("\r\n", pos);
+  if ((line_end == std::string_view::npos ? bytes.size() : line_end) - pos > request_line_limit) {
+    out.error = RawHeaderError::request_line_too_long;
+    return out;
+  }
+  auto const end = bytes.find("\r\n\r\n", pos);
+  std::string_view const scan = end == std::string_view::npos ? bytes : bytes.substr(0, end + 4);
+  for (std::size_t i = pos; i < scan.size(); ++i) {
+    if (scan[i] == '\0') {
+      out.error = RawHeaderError::nul_byte;
+      return out;
+    }
+    if (scan[i] != '\n') continue;
+    if (i == 0 || scan[i - 1] != '\r') {
+      out.error = RawHeaderError::bare_lf;
+      return out;
+    }
+    if (i + 1 < scan.size() && (scan[i + 1] == ' ' || scan[i + 1] == '\t')) {
+      out.error = RawHeaderError::obs_fold;
+      return out;
+    }
+  }
+  if (end == std::string_view::npos) return out;
+  out.error = RawHeaderError::none;
+  out.header_size = end + 4;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("raw header: the checks agree with a byte-by-byte reading on random heads") {
+  std::mt19937 rng(1205);
+  constexpr std::string_view alphabet("\r\n\r\n \t\0aB:", 11);
+  for (int i = 0; i < 50000; ++i) {
+    std::string head;
+    for (int n = std::uniform_int_distribution<int>(0, 40)(rng); n > 0; --n)
+      head += alphabet[std::uniform_int_distribution<std::size_t>(0, alphabet.size() - 1)(rng)];
+    auto const fast = check_raw_header(head, 12);
+    auto const slow = raw_header_by_bytes(head, 12);
+    INFO("head: ", doctest::toString(head));
+    REQUIRE(fast.error == slow.error);
+    REQUIRE(fast.header_size == slow.header_size);
+  }
 }
 
 TEST_CASE("absolute-form targets") {
@@ -82,6 +135,85 @@ TEST_CASE("hosts are normalised as matching reads them: case, trailing dot, esca
   REQUIRE(ip);
   CHECK(ip->host == "127.0.0.1");
   CHECK(ip->host_is_ip);
+}
+
+namespace {
+
+bool same_target(const Target& a, const Target& b) {
+  return a.scheme == b.scheme && a.host == b.host && a.port == b.port && a.origin_form == b.origin_form &&
+         a.host_is_ip == b.host_is_ip;
+}
+
+// Random targets built from the pieces that make URL parsers disagree:
+// scheme spellings, dotted quads near their limits, case, escapes, ports of
+// every length, delimiters, bytes outside RFC 3986.
+std::string random_target(std::mt19937& rng) {
+  auto pick = [&](std::initializer_list<std::string_view> pieces) {
+    auto it = pieces.begin();
+    std::advance(it, std::uniform_int_distribution<std::size_t>(0, pieces.size() - 1)(rng));
+    return std::string(*it);
+  };
+  auto count = [&](int most) { return std::uniform_int_distribution<int>(0, most)(rng); };
+  // A third of them from pieces that are each valid in their place, so
+  // that many parse; the rest with one piece in four of any kind, so that
+  // many are valid but for one odd byte.
+  bool const tame = count(2) == 0;
+  auto wild = [&] { return !tame && count(3) == 0; };
+  std::string s = !wild() ? pick({"http://", "https://"})
+                          : pick({"http://", "https://", "HTTP://", "Http://", "http:/", "http:", "ftp://", "",
+                                  "http:///", "https://:"});
+  s += !wild() ? pick({"a", "example", "api", "1.2.3.4", "127.0.0.1", "10.0.0.255"})
+               : pick({"", ".", "-", "00", "01", "256", "300", "A", "%41", "[::1]", "[v1.x]", "user:pw@", "_"});
+  for (int i = count(4); i > 0; --i)
+    s += !wild() ? pick({"a", "z", "example", ".", "-", "0", "1", "9", "25", "255", "256", "1.2.3.4", "127.0.0.1"})
+                 : pick({"A", "Z", "%41", "%2e", "%2F", "%zz", "%4", "_", "~", "[::1]", "@", "\xc3\xa9", " ", "\t",
+                         "\x7f", "*", "+", ".", "..", "00"});
+  if (count(2) != 0)
+    s += !wild() ? pick({":1", ":80", ":080", ":443", ":8080", ":65535"})
+                 : pick({":", ":0", ":65536", ":99999", ":123456", ":8a", "::", ":-1", ": 80"});
+  for (int i = count(6); i > 0; --i)
+    s += !wild() ? pick({"/", "/", "a", "Z", "..", ".", "?", "=", "&", "%20", "%2F", "%2f", ";", "~", "!", "$", "'",
+                         "(", "*", "+", ",", ":", "@", "-", "_"})
+                 : pick({"#", "%zz", "%", "%A", "[", "]", "{", "|", "\\", "^", "`", " ", "\"", "<", ">", "\x01",
+                         "\x80", "\xff", "\r", "\n"});
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("absolute-form targets: the plain reader agrees with Boost.URL wherever it reads") {
+  std::mt19937 rng(20261205);
+  int read_plainly = 0, read_by_grammar = 0;
+  constexpr int kCases = 100000;
+  for (int i = 0; i < kCases; ++i) {
+    std::string const text = random_target(rng);
+    auto const grammar = detail::parse_absolute_target_by_grammar(text);
+    if (grammar) ++read_by_grammar;
+    auto const plain = detail::parse_plain_absolute_target(text);
+    if (!plain) continue;
+    ++read_plainly;
+    INFO("target: ", text);
+    REQUIRE(grammar);
+    CHECK(same_target(*plain, *grammar));
+  }
+  // Both readers see a real share of valid targets, so the comparison means something.
+  CHECK(read_plainly > kCases / 20);
+  CHECK(read_by_grammar > read_plainly);
+  // Spellings the plain reader leaves to the grammar, and the grammar's answer.
+  for (std::string_view const text : {"http://1.2.3.4.evil/", "http://01.2.3.4/", "http://256.1.1.1/", "http://a.:80/",
+                                      "http://A/", "http://a:/", "http://a#f", "http://a/%zz", "http://[::1]/",
+                                      "http://.00/", "http://-a/"}) {
+    INFO("target: ", text);
+    CHECK_FALSE(detail::parse_plain_absolute_target(text));
+    CHECK(bool(parse_absolute_target(text)) == bool(detail::parse_absolute_target_by_grammar(text)));
+  }
+  for (std::string_view const text : {"http://127.0.0.1:8080/", "http://api.stripe.com/v1/charges?limit=3&x=%2F",
+                                      "https://a-b.example:443", "http://a?q"}) {
+    INFO("target: ", text);
+    auto const plain = detail::parse_plain_absolute_target(text);
+    REQUIRE(plain);
+    CHECK(same_target(*plain, *detail::parse_absolute_target_by_grammar(text)));
+  }
 }
 
 TEST_CASE("authority-form CONNECT targets") {

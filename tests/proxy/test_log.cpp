@@ -106,3 +106,52 @@ TEST_CASE("log: a stalled reader costs dropped lines, counted and reported, neve
   CHECK(written + stats.dropped == static_cast<std::uint64_t>(total));
   CHECK(reported == stats.dropped);
 }
+
+TEST_CASE("log: a LogLine writes each kind of value as JSON, escaped where needed, of any length") {
+  // stderr is pointed at a file for the length of the test: the request log's
+  // sink writes to file descriptor 2.
+  char path[] = "/tmp/idemgate-logline-XXXXXX";
+  int const file = ::mkstemp(path);
+  REQUIRE(file >= 0);
+  ::unlink(path);
+  log_flush();
+  int const saved = ::dup(STDERR_FILENO);
+  REQUIRE(saved >= 0);
+  REQUIRE(::dup2(file, STDERR_FILENO) == STDERR_FILENO);
+  std::string const long_value(5000, 'x');  // past the per-thread buffer's first size
+  for (int i = 0; i < 2; ++i) {             // the second line reuses the grown buffer
+    LogLine line("request");
+    line.add("plain", "GET")
+        .add("escaped", std::string_view("a\"b\\c\nd\x01\xc3\xa9", 10))
+        .add("long", long_value)
+        .add("max", std::uint64_t{18446744073709551615u})
+        .add("min", std::int64_t{-9223372036854775807 - 1})
+        .add("zero", 0u)
+        .add("yes", true)
+        .add("no", false)
+        .add_null("nothing");
+    line.emit();
+  }
+  log_flush();
+  REQUIRE(::dup2(saved, STDERR_FILENO) == STDERR_FILENO);
+  ::close(saved);
+  REQUIRE(::lseek(file, 0, SEEK_SET) == 0);
+  auto const lines = lines_of(read_all(file));
+  ::close(file);
+  REQUIRE(lines.size() == 2);
+  for (auto const& text : lines) {
+    auto const v = boost::json::parse(text).as_object();
+    CHECK(v.at("event").as_string() == "request");
+    CHECK(v.at("ts").as_string().size() == 24);
+    CHECK(v.at("plain").as_string() == "GET");
+    CHECK(std::string(v.at("escaped").as_string()) == std::string("a\"b\\c\nd\x01\xc3\x83\xc2\xa9"));
+    CHECK(v.at("long").as_string() == long_value);
+    CHECK(v.at("max").as_uint64() == 18446744073709551615u);
+    CHECK(v.at("min").as_int64() == -9223372036854775807 - 1);
+    CHECK(v.at("zero").as_int64() == 0);
+    CHECK(v.at("yes").as_bool());
+    CHECK_FALSE(v.at("no").as_bool());
+    CHECK(v.at("nothing").is_null());
+    CHECK(v.size() == 11);
+  }
+}
