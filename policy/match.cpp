@@ -222,7 +222,16 @@ TargetMatch ToolTable::match_target(const TargetRequest& request) const {
   TargetMatch result;
   // Most requests through a proxy go to hosts no tool names: the host
   // alone tells, before the path and query are normalised.
-  if (const auto host = normalize_host(request.host); !host || !may_match_host(*host)) return result;
+  // (A host already in normal form, as the proxy's targets are, is looked
+  // up as it is.)
+  bool const normal_host = !request.host.empty() && request.host.back() != '.' &&
+                      std::none_of(request.host.begin(), request.host.end(),
+                                   [](char c) { return c == '%' || (c >= 'A' && c <= 'Z'); });
+  if (normal_host) {
+    if (!may_match_host(request.host)) return result;
+  } else if (const auto host = normalize_host(request.host); !host || !may_match_host(*host)) {
+    return result;
+  }
   const auto target = normalize_target(request.scheme, request.host, request.port, request.origin_form);
   if (target.host.empty()) return result;
   MatchRequest normal;

@@ -61,13 +61,11 @@ bool is_timeout(const beast::error_code& ec) { return ec == beast::error::timeou
 
 // A rendered header and body bytes that are already buffered, in one
 // gathered write: a small message costs one system call and no pass through
-// the relay buffer.
-asio::awaitable<beast::error_code> write_whole(ProxyStream& out, const std::string& head, asio::const_buffer body,
-                                               std::chrono::milliseconds idle) {
-  std::array<asio::const_buffer, 2> const buffers{asio::buffer(head), body};
+// the relay buffer. Not a coroutine of its own (a frame a write): the
+// caller awaits the write itself, which holds its own copy of the buffers.
+auto write_whole(ProxyStream& out, const std::string& head, asio::const_buffer body, std::chrono::milliseconds idle) {
   out.expires_after(idle);
-  auto [ec, n] = co_await asio::async_write(out, buffers, use_tuple);
-  co_return ec;
+  return asio::async_write(out, std::array<asio::const_buffer, 2>{asio::buffer(head), body}, use_tuple);
 }
 
 Problem body_too_large(const config::Config& cfg) {
@@ -155,7 +153,8 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
     } else {
       render_head(req, up->head);
       asio::const_buffer const no_body;
-      sent.ec = co_await write_whole(up->stream, up->head, no_body, timeouts.idle);
+      auto [ec, n] = co_await write_whole(up->stream, up->head, no_body, timeouts.idle);
+      sent.ec = ec;
       if (sent.ec) sent.failure = RelayFailure::write;
     }
     x.bytes_in = sent.body_bytes;
@@ -241,7 +240,7 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
     std::size_t const body_bytes = rp->is_done() ? 0 : static_cast<std::size_t>(*content_length);
     render_head(res, up->head);
     asio::const_buffer const body(up->buffer.data().data(), body_bytes);
-    auto const ec = co_await write_whole(client, up->head, body, timeouts.idle);
+    auto const [ec, n] = co_await write_whole(client, up->head, body, timeouts.idle);
     if (ec) {
       x.reason_code = "client_gone";
       x.log();

@@ -162,12 +162,7 @@ LogLine::LogLine(std::string_view event) : text_(line_buffer()), urgent_(is_urge
   put_string(event);
 }
 
-char* LogLine::room(std::size_t n) {
-  if (size_ + n > text_.size()) text_.resize(std::max(2 * text_.size(), size_ + n));
-  char* const at = text_.data() + size_;
-  size_ += n;
-  return at;
-}
+void LogLine::grow(std::size_t n) { text_.resize(std::max(2 * text_.size(), size_ + n)); }
 
 void LogLine::put(std::string_view bytes) { std::memcpy(room(bytes.size()), bytes.data(), bytes.size()); }
 

@@ -48,7 +48,13 @@ private:
   // n more bytes at the end of the line: the per-thread buffer is kept at
   // its full size and written through a pointer, so a field costs a few
   // copies, not a string append per piece.
-  char* room(std::size_t n);
+  char* room(std::size_t n) {
+    if (size_ + n > text_.size()) grow(n);
+    char* const at = text_.data() + size_;
+    size_ += n;
+    return at;
+  }
+  void grow(std::size_t n);
   void put(std::string_view bytes);
   void put_string(std::string_view value);  // as a JSON string
   std::string& text_;  // the bytes [0, size_) are the line so far
