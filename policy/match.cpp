@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <utility>
 
 namespace idemgate::policy {
@@ -185,16 +186,26 @@ const Tool* ToolTable::match_bucket(const HostBucket& bucket, const MatchRequest
   return nullptr;
 }
 
-const Tool* ToolTable::match(const MatchRequest& request) const noexcept {
-  // Lowercased into a stack buffer: no allocation, so nothing can fail here.
-  // A DNS name is at most 253 characters; anything longer matches no host.
-  std::string_view raw = request.host;
+namespace {
+
+// The key a host is looked up by: lowercased into a stack buffer, without
+// one trailing dot. No allocation, so nothing can fail here. A DNS name is
+// at most 253 characters; anything longer matches no host (nullopt).
+std::optional<std::string_view> host_key(std::string_view raw, char (&buffer)[256]) noexcept {
   if (!raw.empty() && raw.back() == '.') raw.remove_suffix(1);
-  char buffer[256];
-  if (raw.size() > sizeof buffer) return nullptr;
+  if (raw.size() > sizeof buffer) return std::nullopt;
   for (std::size_t i = 0; i < raw.size(); ++i)
     buffer[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(raw[i])));
-  const std::string_view host(buffer, raw.size());
+  return std::string_view(buffer, raw.size());
+}
+
+}  // namespace
+
+const Tool* ToolTable::match(const MatchRequest& request) const noexcept {
+  char buffer[256];
+  const auto key = host_key(request.host, buffer);
+  if (!key) return nullptr;
+  const std::string_view host = *key;
 
   if (const auto it = exact_hosts_.find(host); it != exact_hosts_.end())
     if (const auto* tool = match_bucket(it->second, request)) return tool;
@@ -209,8 +220,13 @@ const Tool* ToolTable::match(const MatchRequest& request) const noexcept {
   return match_bucket(any_host_, request);
 }
 
-bool ToolTable::may_match_host(std::string_view host) const noexcept {
+bool ToolTable::may_match_host(std::string_view normal_host) const noexcept {
   if (!any_host_.exact_paths.empty() || !any_host_.other_paths.empty()) return true;
+  // The key match() looks the host up by.
+  char buffer[256];
+  const auto key = host_key(normal_host, buffer);
+  if (!key) return false;
+  const std::string_view host = *key;
   if (!exact_hosts_.empty() && exact_hosts_.contains(host)) return true;
   if (glob_suffixes_.empty()) return false;
   for (auto dot = host.find('.'); dot != std::string_view::npos; dot = host.find('.', dot + 1))
@@ -224,9 +240,9 @@ TargetMatch ToolTable::match_target(const TargetRequest& request) const {
   // alone tells, before the path and query are normalised.
   // (A host already in normal form, as the proxy's targets are, is looked
   // up as it is.)
-  bool const normal_host = !request.host.empty() && request.host.back() != '.' &&
-                      std::none_of(request.host.begin(), request.host.end(),
-                                   [](char c) { return c == '%' || (c >= 'A' && c <= 'Z'); });
+  bool const normal_host =
+      !request.host.empty() && request.host.back() != '.' &&
+      std::none_of(request.host.begin(), request.host.end(), [](char c) { return c == '%' || (c >= 'A' && c <= 'Z'); });
   if (normal_host) {
     if (!may_match_host(request.host)) return result;
   } else if (const auto host = normalize_host(request.host); !host || !may_match_host(*host)) {

@@ -119,9 +119,10 @@ class ToolTable {
   };
 
   const Tool* match_bucket(const HostBucket& bucket, const MatchRequest& request) const noexcept;
-  // Whether any tool could match a request to this host (lowercased, no
-  // trailing dot): a tool for it, for a suffix of it, or for any host.
-  bool may_match_host(std::string_view host) const noexcept;
+  // Whether any tool could match a request to this host (normalize_host's
+  // form), as match() would look it up: a tool for it, for a suffix of it,
+  // or for any host.
+  bool may_match_host(std::string_view normal_host) const noexcept;
   bool matches_rest(const Tool& tool, const MatchRequest& request) const noexcept;
 
   std::vector<Tool> tools_;

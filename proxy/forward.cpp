@@ -115,7 +115,10 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
   req.target(target.origin_form);
   strip_hop_by_hop(req, true);
   if (expect_continue) req.erase(http::field::expect);
-  req.set(http::field::host, target.authority());
+  // Most clients already send the one Host the target names: kept as it is.
+  if (std::string authority = target.authority();
+      req.count(http::field::host) != 1 || req[http::field::host] != authority)
+    req.set(http::field::host, authority);
   add_via(req, client_version);
   req.version(11);
   if (chunked) req.chunked(true);
@@ -229,7 +232,8 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
     else
       client_keep_alive = false;
   }
-  res.keep_alive(client_keep_alive);
+  // Connection is stripped: an HTTP/1.1 answer kept alive needs none.
+  if (!client_keep_alive || client_version != 11) res.keep_alive(client_keep_alive);
 
   // Most answers are small and arrived whole with their header: they go out
   // in one write. Others (chunked, long, delimited by EOF) are relayed.

@@ -326,6 +326,16 @@ bool acceptable_request_transfer_encoding(const http::fields& f) {
 
 namespace {
 
+// RFC 9110 tchar: the bytes a field name (a token) is made of.
+constexpr std::array<bool, 256> kTokenChar = [] {
+  std::array<bool, 256> t{};
+  for (char c = 'a'; c <= 'z'; ++c) t[static_cast<unsigned char>(c)] = true;
+  for (char c = 'A'; c <= 'Z'; ++c) t[static_cast<unsigned char>(c)] = true;
+  for (char c = '0'; c <= '9'; ++c) t[static_cast<unsigned char>(c)] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
 bool is_hop_by_hop(http::field name) {
   switch (name) {
     case http::field::connection:
@@ -356,14 +366,18 @@ void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
     named += field.value();
     named += ',';
   }
+  // Each element's leading token is a name, whatever follows it in the
+  // element ("x-a x-b", "x-a;q=1" name x-a): never fewer names than a
+  // strict reading of the list, which stops at the first bad element.
   boost::container::small_vector<std::string_view, 4> names;
   for (std::string_view rest = named; !rest.empty();) {
     auto const comma = rest.find(',');
-    auto name = rest.substr(0, comma);
-    rest.remove_prefix(comma + 1);  // every name ends with a comma
-    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
-    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
-    if (!name.empty()) names.push_back(name);
+    auto element = rest.substr(0, comma);
+    rest.remove_prefix(comma + 1);  // every element ends with a comma
+    while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
+    std::size_t length = 0;
+    while (length < element.size() && kTokenChar[static_cast<unsigned char>(element[length])]) ++length;
+    if (length != 0) names.push_back(element.substr(0, length));
   }
   auto const is_named = [&](std::string_view name) {
     return std::any_of(names.begin(), names.end(), [&](std::string_view n) { return boost::beast::iequals(n, name); });
@@ -405,7 +419,8 @@ void add_via(http::fields& f, unsigned version) {
   hop[2] = static_cast<char>('0' + version % 10);
   std::string_view const mine(hop, sizeof hop - 1);
   auto const existing = f.find(http::field::via);
-  if (existing == f.end()) {
+  if (existing == f.end() || existing->value().empty()) {
+    if (existing != f.end()) f.erase(existing);
     f.insert(http::field::via, mine);
     return;
   }

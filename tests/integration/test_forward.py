@@ -148,6 +148,56 @@ class ForwardTest(unittest.TestCase):
         self.assertEqual(rec.header("X-Kept"), "yes")
         self.assertNotIn(b"s3cr3t", raw)
 
+    def test_upstream_sees_one_host_the_target_names(self):
+        url = self.upstream.url("/echo")
+        authority = "127.0.0.1:%d" % self.upstream.port
+        for hosts in ([authority], [authority, "evil.example"], ["evil.example", authority], ["x"], []):
+            with self.subTest(hosts=hosts):
+                head = "GET %s HTTP/1.1\r\n" % url + "".join("Host: %s\r\n" % h for h in hosts)
+                raw = raw_exchange(self.proxy.port, (head + "Connection: close\r\n\r\n").encode())
+                if len(hosts) == 1:
+                    self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:200])
+                else:
+                    # RFC 9112 3.2: none, or more than one, is refused; never forwarded as sent.
+                    self.assertTrue(raw.startswith(b"HTTP/1.1 400") or raw.startswith(b"HTTP/1.1 200"), raw[:200])
+                if raw.startswith(b"HTTP/1.1 200"):
+                    rec = self.new_requests()[-1]
+                    self.assertEqual([v for k, v in rec.headers if k.lower() == "host"], [authority])
+
+    def test_answer_connection_header_follows_the_client(self):
+        url = self.upstream.url("/echo").encode()
+
+        def head_of(request):
+            raw = raw_exchange(self.proxy.port, request)
+            head = raw.partition(b"\r\n\r\n")[0].lower()
+            return head.split(b"\r\n")
+        # HTTP/1.0 asking to keep the connection: told it is kept.
+        lines = head_of(b"GET " + url + b" HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        self.assertTrue(lines[0].startswith(b"http/1.0 200"), lines)
+        self.assertIn(b"connection: keep-alive", lines)
+        # HTTP/1.0 without it: closed, and no keep-alive promised.
+        lines = head_of(b"GET " + url + b" HTTP/1.0\r\n\r\n")
+        self.assertNotIn(b"connection: keep-alive", lines)
+        # HTTP/1.1 closing: told so.
+        lines = head_of(b"GET " + url + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertIn(b"connection: close", lines)
+        # HTTP/1.1 kept alive: no Connection header at all (the upstream's is hop-by-hop).
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10)
+        try:
+            sock.sendall(b"GET " + url + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            conn = sock.makefile("rb")
+            status = conn.readline()
+            self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+            names = []
+            while True:
+                line = conn.readline()
+                if line in (b"\r\n", b""):
+                    break
+                names.append(line.split(b":")[0].strip().lower())
+            self.assertNotIn(b"connection", names)
+        finally:
+            sock.close()
+
     def test_connection_refused_is_502_problem(self):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))

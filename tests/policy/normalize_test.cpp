@@ -168,6 +168,9 @@ TEST_CASE("match_target: every spelling of a write matches it, or is refused, ne
       {"POST", "api.example.com", "/v1/charges/", "charge", ""},
       {"POST", "API.EXAMPLE.COM", "/v1/charges", "charge", ""},
       {"POST", "api.example.com.", "/v1/charges?x=%41", "charge", ""},
+      {"POST", "api.example.com..", "/v1/charges", "charge", ""},
+      {"POST", "Api.Example.Com.", "/v1/charges", "charge", ""},
+      {"POST", "api.%65xample.com", "/v1/charges", "charge", ""},
       {"POST", "api.example.com", "/v1/charges/ch_1/refund", "refund", ""},
       {"POST", "api.example.com", "/v1/charges/ch_1/%72efund", "refund", ""},
       {"POST", "api.example.com", "/v1/tickets", "trailing", ""},
@@ -193,6 +196,30 @@ TEST_CASE("match_target: every spelling of a write matches it, or is refused, ne
     const auto r = route(row.method, row.host, row.origin);
     CHECK(r.tool == row.tool);
     CHECK(r.refused_for == row.refused_for);
+  }
+}
+
+TEST_CASE("match_target: glob and any-host tools are found for every spelling of the host") {
+  auto globbed = tool("glob", "POST", "/v1/charges", Effect::money);
+  globbed.match.host = "*.example.com";
+  auto anywhere = tool("anywhere", "POST", "/v1/anything", Effect::write);
+  anywhere.match.host.clear();
+  const auto compiled = ToolTable::compile({globbed, anywhere});
+  REQUIRE(compiled.ties.empty());
+  for (const std::string_view host : {"a.example.com", "A.EXAMPLE.COM", "a.example.com.", "a.example.com..",
+                                      "x.a.example.com", "a.%65xample.com"}) {
+    CAPTURE(host);
+    const auto m = compiled.table->match_target({"POST", "https", host, 443, "/v1/charges", ""});
+    REQUIRE(m.tool);
+    CHECK(m.tool->name == "glob");
+    CHECK_FALSE(compiled.table->match_target({"POST", "https", host, 443, "/v1/other", ""}).tool);
+  }
+  CHECK_FALSE(compiled.table->match_target({"POST", "https", "example.org", 443, "/v1/charges", ""}).tool);
+  for (const std::string_view host : {"example.org", "::1", "10.0.0.1", "a.example.com.."}) {
+    CAPTURE(host);
+    const auto m = compiled.table->match_target({"POST", "https", host, 443, "/v1/anything", ""});
+    REQUIRE(m.tool);
+    CHECK(m.tool->name == "anywhere");
   }
 }
 
