@@ -123,16 +123,22 @@ constexpr bool is_lower_host_char(char c) {
 
 constexpr bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-// RFC 3986 pchar without pct-encoded (checked on its own), plus '/': the
-// bytes a path may hold as they are.
-constexpr std::array<bool, 256> kPathChar = [] {
+// Letters, digits and the given bytes.
+constexpr std::array<bool, 256> alnum_and(std::string_view extra) {
   std::array<bool, 256> t{};
   for (char c = 'a'; c <= 'z'; ++c) t[static_cast<unsigned char>(c)] = true;
   for (char c = 'A'; c <= 'Z'; ++c) t[static_cast<unsigned char>(c)] = true;
   for (char c = '0'; c <= '9'; ++c) t[static_cast<unsigned char>(c)] = true;
-  for (char c : std::string_view("-._~!$&'()*+,;=:@/")) t[static_cast<unsigned char>(c)] = true;
+  for (char c : extra) t[static_cast<unsigned char>(c)] = true;
   return t;
-}();
+}
+
+// RFC 3986 pchar without pct-encoded (checked on its own), plus '/': the
+// bytes a path may hold as they are.
+constexpr std::array<bool, 256> kPathChar = alnum_and("-._~!$&'()*+,;=:@/");
+
+// RFC 9110 tchar: the bytes a field name (a token) is made of.
+constexpr std::array<bool, 256> kTokenChar = alnum_and("!#$%&'*+-.^_`|~");
 
 // A dotted quad as RFC 3986's IPv4address spells it: four decimal octets,
 // no leading zeros.
@@ -325,16 +331,6 @@ bool acceptable_request_transfer_encoding(const http::fields& f) {
 }
 
 namespace {
-
-// RFC 9110 tchar: the bytes a field name (a token) is made of.
-constexpr std::array<bool, 256> kTokenChar = [] {
-  std::array<bool, 256> t{};
-  for (char c = 'a'; c <= 'z'; ++c) t[static_cast<unsigned char>(c)] = true;
-  for (char c = 'A'; c <= 'Z'; ++c) t[static_cast<unsigned char>(c)] = true;
-  for (char c = '0'; c <= '9'; ++c) t[static_cast<unsigned char>(c)] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
 
 bool is_hop_by_hop(http::field name) {
   switch (name) {
