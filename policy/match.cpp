@@ -237,15 +237,13 @@ bool ToolTable::may_match_host(std::string_view normal_host) const noexcept {
 TargetMatch ToolTable::match_target(const TargetRequest& request) const {
   TargetMatch result;
   // Most requests through a proxy go to hosts no tool names: the host
-  // alone tells, before the path and query are normalised.
-  // (A host already in normal form, as the proxy's targets are, is looked
-  // up as it is.)
-  bool const normal_host =
-      !request.host.empty() && request.host.back() != '.' &&
-      std::none_of(request.host.begin(), request.host.end(), [](char c) { return c == '%' || (c >= 'A' && c <= 'Z'); });
-  if (normal_host) {
-    if (!may_match_host(request.host)) return result;
-  } else if (const auto host = normalize_host(request.host); !host || !may_match_host(*host)) {
+  // alone tells, before the path and query are normalised. Without '%' or a
+  // trailing dot, normalize_host would only lowercase it, which the lookup
+  // does too: it is looked up as it is.
+  const std::string_view host = request.host;
+  if (!host.empty() && host.back() != '.' && host.find('%') == std::string_view::npos) {
+    if (!may_match_host(host)) return result;
+  } else if (const auto normal = normalize_host(host); !normal || !may_match_host(*normal)) {
     return result;
   }
   const auto target = normalize_target(request.scheme, request.host, request.port, request.origin_form);
