@@ -3,6 +3,7 @@
 // stream it back, then pool the upstream connection if it can be reused.
 #include "proxy/forward.hpp"
 
+#include "proxy/answer_head.hpp"
 #include "proxy/connect.hpp"
 #include "proxy/log.hpp"
 #include "proxy/relay.hpp"
@@ -10,10 +11,13 @@
 #include "proxy/worker.hpp"
 
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include <array>
+#include <tuple>
 
 namespace idemgate::proxy {
 
@@ -61,12 +65,30 @@ bool is_timeout(const beast::error_code& ec) { return ec == beast::error::timeou
 
 // A rendered header and body bytes that are already buffered, in one
 // gathered write: a small message costs one system call and no pass through
-// the relay buffer. Not a coroutine of its own (a frame a write): the
-// caller awaits the write itself, which holds its own copy of the buffers.
-auto write_whole(ProxyStream& out, const std::string& head, asio::const_buffer body, std::chrono::milliseconds idle) {
-  out.expires_after(idle);
-  return asio::async_write(out, std::array<asio::const_buffer, 2>{asio::buffer(head), body}, use_tuple);
-}
+// the relay buffer. What the socket takes at once is written on the spot
+// (the coroutine does not suspend); a rest is written by an operation under
+// the idle deadline. Not a coroutine of its own (a frame a write): the
+// caller awaits only when a rest remains.
+struct WholeWrite {
+  using Buffers = std::array<asio::const_buffer, 2>;
+
+  WholeWrite(ProxyStream& out, const std::string& head, asio::const_buffer body) : rest(Buffers{asio::buffer(head), body}) {
+    std::size_t const total = head.size() + body.size();
+    std::size_t const written = out.write_some_now(rest, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+    done = ec || written == total;
+    rest.consume(written);
+  }
+
+  auto write_rest(ProxyStream& out, std::chrono::milliseconds idle) {
+    out.expires_after(idle);
+    return asio::async_write(out, rest, use_tuple);
+  }
+
+  beast::error_code ec;
+  bool done = false;
+  beast::buffers_suffix<Buffers> rest;
+};
 
 Problem body_too_large(const config::Config& cfg) {
   return Problem{413, "body_too_large", "Request body too large",
@@ -125,7 +147,9 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
 
   std::string const pool_key = target.pool_key();
   std::unique_ptr<UpstreamConnection> up;
-  std::optional<http::response_parser<http::buffer_body>> rp;
+  AnswerHead head;
+  std::optional<AnswerParser> answer;
+  std::size_t header_size = 0;  // the answer header's bytes, at the front of up->buffer
   bool sent_continue = false;
 
   // A reused connection can die between our check and our request; a
@@ -155,9 +179,9 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
                                  cfg.limits.request_body);
     } else {
       render_head(req, up->head);
-      asio::const_buffer const no_body;
-      auto [ec, n] = co_await write_whole(up->stream, up->head, no_body, timeouts.idle);
-      sent.ec = ec;
+      WholeWrite w(up->stream, up->head, asio::const_buffer{});
+      if (!w.done) std::tie(w.ec, std::ignore) = co_await w.write_rest(up->stream, timeouts.idle);
+      sent.ec = w.ec;
       if (sent.ec) sent.failure = RelayFailure::write;
     }
     x.bytes_in = sent.body_bytes;
@@ -178,22 +202,57 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
       co_return co_await answer_problem(p);
     }
 
-    // The answer header, skipping interim 1xx answers.
+    // The answer header, skipping interim 1xx answers. Read by hand (the
+    // loop of Beast's read_some, without its composed operation) so that
+    // the header bytes stay in the buffer: the head's views point into
+    // them until the answer is written or handed to Beast's parser.
     bool retry = false;
     for (;;) {
-      rp.emplace();
-      rp->header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
-      rp->body_limit(boost::none);
-      if (req.method() == http::verb::head) rp->skip(true);
+      answer.emplace(head);
+      answer->header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
+      answer->body_limit(boost::none);
       up->stream.expires_after(timeouts.upstream_response);
-      auto [ec, n] = co_await http::async_read_header(up->stream, up->buffer, *rp, use_tuple);
+      if (req.method() == http::verb::head) answer->skip(true);
+      beast::error_code ec;
+      header_size = 0;
+      while (header_size == 0) {
+        if (up->buffer.size() != 0) {
+          auto const bytes = up->buffer.data();
+          answer->input({static_cast<const char*>(bytes.data()), bytes.size()});
+          header_size = answer->put(bytes, ec);
+          if (ec != http::error::need_more) break;
+          ec = {};
+          header_size = 0;
+        }
+        auto const room = beast::read_size(up->buffer, 65536);
+        if (room == 0) {
+          ec = http::error::buffer_overflow;
+          break;
+        }
+        auto const [rec, n] = co_await up->stream.async_read_some(up->buffer.prepare(room), use_tuple);
+        up->buffer.commit(n);
+        ec = rec;
+        if (ec == asio::error::eof) {
+          // As Beast's read: a partial header is a partial message, none
+          // at all the end of the stream.
+          if (answer->got_some()) {
+            ec = {};
+            answer->put_eof(ec);
+          } else {
+            ec = http::error::end_of_stream;
+          }
+          break;
+        }
+        if (ec) break;
+      }
+      if (!ec && header_size == 0) ec = http::error::partial_message;  // never expected: an EOF before a header
       if (ec) {
         if (is_timeout(ec)) {
           Problem const p = upstream_timed_out("no answer header from " + target.host + ":" +
                                                std::to_string(target.port) + " within timeouts.upstream_response");
           co_return co_await answer_problem(p);
         }
-        bool const nothing_received = n == 0 && up->buffer.size() == 0;
+        bool const nothing_received = up->buffer.size() == 0;
         if (x.reused && !has_body && attempt == 0 && nothing_received &&
             (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
              ec == asio::error::eof)) {
@@ -209,8 +268,11 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
                         "the upstream's answer header could not be read: " + ec.message()};
         co_return co_await answer_problem(p);
       }
-      auto const code = rp->get().result_int();
-      if (code >= 100 && code < 200 && code != 101) continue;  // interim: drop it
+      auto const code = head.status;
+      if (code >= 100 && code < 200 && code != 101) {  // interim: drop it
+        up->buffer.consume(header_size);
+        continue;
+      }
       break;
     }
     if (retry) continue;
@@ -218,43 +280,58 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
   }
 
   // The answer the client sees.
-  auto& res = rp->get();
-  x.status = res.result_int();
-  bool const upstream_chunked = rp->chunked();
-  bool const eof_delimited = !rp->is_done() && !upstream_chunked && !rp->content_length();
+  x.status = head.status;
+  bool const upstream_chunked = answer->chunked();
+  auto const content_length = answer->content_length();
+  bool const eof_delimited = !answer->is_done() && !upstream_chunked && !content_length;
   bool client_keep_alive = client_wants_keep_alive && !worker.draining() && parser.is_done();
-  strip_hop_by_hop(res, false);
-  add_via(res, res.version());
-  res.version(client_version);
+  bool rechunk = false;
   if (upstream_chunked || eof_delimited) {
     if (client_version == 11)
-      res.chunked(true);
+      rechunk = true;
     else
       client_keep_alive = false;
   }
-  // Connection is stripped: an HTTP/1.1 answer kept alive needs none.
-  if (!client_keep_alive || client_version != 11) res.keep_alive(client_keep_alive);
+  prepare_answer_head(head, client_version, rechunk, client_keep_alive);
+  bool const upstream_keep_alive = answer->keep_alive() && !answer->need_eof();
 
   // Most answers are small and arrived whole with their header: they go out
   // in one write. Others (chunked, long, delimited by EOF) are relayed.
-  auto const content_length = rp->content_length();
-  bool const arrived_whole =
-      rp->is_done() || (!upstream_chunked && content_length && *content_length <= up->buffer.size());
+  std::size_t const after_header = up->buffer.size() - header_size;
+  bool const arrived_whole = answer->is_done() || (!upstream_chunked && content_length && *content_length <= after_header);
   if (arrived_whole) {
-    std::size_t const body_bytes = rp->is_done() ? 0 : static_cast<std::size_t>(*content_length);
-    render_head(res, up->head);
-    asio::const_buffer const body(up->buffer.data().data(), body_bytes);
-    auto const [ec, n] = co_await write_whole(client, up->head, body, timeouts.idle);
-    if (ec) {
+    std::size_t const body_bytes = answer->is_done() ? 0 : static_cast<std::size_t>(*content_length);
+    render_head(head, up->head);
+    asio::const_buffer const body(static_cast<const char*>(up->buffer.data().data()) + header_size, body_bytes);
+    WholeWrite w(client, up->head, body);
+    if (!w.done) std::tie(w.ec, std::ignore) = co_await w.write_rest(client, timeouts.idle);
+    if (w.ec) {
       x.reason_code = "client_gone";
       x.log();
       co_return ForwardResult{false};
     }
-    up->buffer.consume(body_bytes);
+    up->buffer.consume(header_size + body_bytes);
     x.bytes_out = body_bytes;
   } else {
+    // Beast's parser reads the same header again to stream the body; the
+    // message it serializes carries the rewritten head.
+    http::response_parser<http::buffer_body> rp;
+    rp.header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
+    rp.body_limit(boost::none);
+    if (req.method() == http::verb::head) rp.skip(true);
+    beast::error_code ec;
+    std::size_t const reread = rp.put(asio::buffer(up->buffer.data().data(), header_size), ec);
+    if (ec || reread != header_size) {  // the same bytes, the same grammar: never expected
+      Problem const p{502, "upstream_bad_response", "Bad answer from upstream",
+                      "the upstream's answer header could not be read again: " + ec.message()};
+      co_return co_await answer_problem(p);
+    }
+    auto& res = rp.get();
+    head.copy_to(res.base());
+    res.version(client_version);
+    up->buffer.consume(header_size);
     http::serializer<false, http::buffer_body> sr{res};
-    auto got = co_await relay_body(up->stream, up->buffer, *rp, client, sr, timeouts.idle, 0);
+    auto got = co_await relay_body(up->stream, up->buffer, rp, client, sr, timeouts.idle, 0);
     x.bytes_out = got.body_bytes;
     if (got.failure != RelayFailure::none) {
       x.reason_code = got.failure == RelayFailure::read ? "upstream_body_aborted" : "client_gone";
@@ -263,7 +340,7 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
     }
   }
   ++up->requests;
-  if (rp->keep_alive() && !rp->need_eof() && up->buffer.size() == 0 && !worker.draining()) {
+  if (upstream_keep_alive && up->buffer.size() == 0 && !worker.draining()) {
     worker.give_back(pool_key, std::move(up));
   }
   x.log();

@@ -1,14 +1,18 @@
 // HTTP/1.1 framing and header rules for the proxy (see http_rules.hpp).
 #include "proxy/http_rules.hpp"
 
+#include "proxy/answer_head.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/detail/rfc7230.hpp>
 #include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/status.hpp>
 #include <boost/container/small_vector.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <type_traits>
 
 namespace idemgate::proxy {
 
@@ -81,33 +85,43 @@ bool is_hop_by_hop(http::field name) {
   }
 }
 
-}  // namespace
-
-void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
+// Beast's fields and an AnswerHead alike: the same accessors, the same rule.
+template <class Fields>
+void strip_fields(Fields& f, bool strip_idemgate) {
   // Headers named by Connection are hop-by-hop too. Two passes over the
-  // fields, no lookup by name: this runs on every message. The names are
-  // copied (usually into the string's own small buffer) and split once: the
-  // Connection field they come from is erased before the fields after it
-  // are checked.
-  std::string named;
-  for (auto const& field : f) {
-    if (field.name() != http::field::connection && field.name() != http::field::proxy_connection) continue;
-    named += field.value();
-    named += ',';
-  }
+  // fields, no lookup by name: this runs on every message. Beast frees a
+  // field's bytes when it is erased, and the Connection field is erased
+  // before the fields after it are checked, so its names are copied first
+  // (usually into the string's own small buffer); an AnswerHead's values
+  // are views of bytes that outlive the erase, and are split in place.
+  constexpr bool values_outlive_erase = std::is_same_v<Fields, AnswerHead>;
   // Each element's leading token is a name, whatever follows it in the
   // element ("x-a x-b", "x-a;q=1" name x-a): never fewer names than a
   // strict reading of the list, which stops at the first bad element.
   boost::container::small_vector<std::string_view, 4> names;
-  for (std::string_view rest = named; !rest.empty();) {
-    auto const comma = rest.find(',');
-    auto element = rest.substr(0, comma);
-    rest.remove_prefix(comma + 1);  // every element ends with a comma
-    while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
-    std::size_t length = 0;
-    while (length < element.size() && http::detail::is_token_char(element[length])) ++length;
-    if (length != 0) names.push_back(element.substr(0, length));
+  auto const add_names = [&names](std::string_view list) {
+    for (;;) {
+      auto const comma = list.find(',');
+      auto element = list.substr(0, comma);
+      while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
+      std::size_t length = 0;
+      while (length < element.size() && http::detail::is_token_char(element[length])) ++length;
+      if (length != 0) names.push_back(element.substr(0, length));
+      if (comma == std::string_view::npos) return;
+      list.remove_prefix(comma + 1);
+    }
+  };
+  std::string named;
+  for (auto const& field : f) {
+    if (field.name() != http::field::connection && field.name() != http::field::proxy_connection) continue;
+    if constexpr (values_outlive_erase) {
+      add_names(field.value());
+    } else {
+      named += field.value();
+      named += ',';
+    }
   }
+  if (!named.empty()) add_names(named);
   auto const is_named = [&](std::string_view name) {
     return std::any_of(names.begin(), names.end(), [&](std::string_view n) { return boost::beast::iequals(n, name); });
   };
@@ -119,6 +133,12 @@ void strip_hop_by_hop(http::fields& f, bool strip_idemgate) {
     it = drop ? f.erase(it) : std::next(it);
   }
 }
+
+}  // namespace
+
+void strip_hop_by_hop(http::fields& f, bool strip_idemgate) { strip_fields(f, strip_idemgate); }
+
+void strip_hop_by_hop(AnswerHead& h) { strip_fields(h, false); }
 
 std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view value) {
   auto const trim = [](std::string_view t) {
@@ -142,11 +162,21 @@ std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view value) {
   return std::nullopt;
 }
 
-void add_via(http::fields& f, unsigned version) {
-  char hop[] = "1.1 idemgate";
+namespace {
+
+// "1.1 idemgate" for version 11, in the caller's buffer.
+std::string_view via_hop(unsigned version, char (&hop)[13]) noexcept {
+  std::memcpy(hop, "1.1 idemgate", sizeof hop);
   hop[0] = static_cast<char>('0' + version / 10 % 10);
   hop[2] = static_cast<char>('0' + version % 10);
-  std::string_view const mine(hop, sizeof hop - 1);
+  return std::string_view(hop, sizeof hop - 1);
+}
+
+}  // namespace
+
+void add_via(http::fields& f, unsigned version) {
+  char buffer[13];
+  std::string_view const mine = via_hop(version, buffer);
   auto const existing = f.find(http::field::via);
   if (existing == f.end() || existing->value().empty()) {
     if (existing != f.end()) f.erase(existing);
@@ -159,14 +189,46 @@ void add_via(http::fields& f, unsigned version) {
   f.set(http::field::via, joined);
 }
 
+void add_via(AnswerHead& h, unsigned version) {
+  // As for Beast's fields above.
+  char buffer[13];
+  std::string_view const mine = via_hop(version, buffer);
+  auto const existing = h.find(http::field::via);
+  if (existing == h.end() || existing->value().empty()) {
+    if (existing != h.end()) h.erase(existing);
+    h.append_copy(http::field::via, std::string(mine));
+    return;
+  }
+  std::string joined(existing->value());
+  joined += ", ";
+  joined += mine;
+  for (auto it = h.begin(); it != h.end();) it = it->name() == http::field::via ? h.erase(it) : std::next(it);
+  h.append_copy(http::field::via, std::move(joined));
+}
+
+void prepare_answer_head(AnswerHead& h, unsigned client_version, bool chunked, bool keep_alive) {
+  strip_hop_by_hop(h);
+  add_via(h, h.version);
+  h.version = client_version;
+  if (chunked) {
+    for (auto it = h.begin(); it != h.end();)
+      it = it->name() == http::field::content_length ? h.erase(it) : std::next(it);
+    h.append(http::field::transfer_encoding, "chunked");
+  }
+  // Connection is stripped: only what differs from the version's default.
+  if (keep_alive && client_version < 11) h.append(http::field::connection, "keep-alive");
+  if (!keep_alive && client_version >= 11) h.append(http::field::connection, "close");
+}
+
 namespace {
 
 // A header rendered into a string sized once: the fields are walked twice
 // (sizes, then bytes) instead of growing the string by four appends a
 // field; this runs twice a request.
+template <class Fields>
 class HeadWriter {
 public:
-  HeadWriter(const http::fields& f, std::size_t start_line, std::string& out) : fields_(f) {
+  HeadWriter(const Fields& f, std::size_t start_line, std::string& out) : fields_(f) {
     std::size_t size = start_line + 2;
     for (auto const& field : f) size += field.name_string().size() + field.value().size() + 4;
     out.resize(size);
@@ -195,7 +257,7 @@ public:
   }
 
 private:
-  const http::fields& fields_;
+  const Fields& fields_;
   char* p_ = nullptr;
 };
 
@@ -206,7 +268,7 @@ constexpr std::size_t kVersionSize = 8;  // "HTTP/1.1"
 void render_head(const http::request_header<>& h, std::string& out) {
   std::string_view const method = h.method_string();
   std::string_view const target = h.target();
-  HeadWriter w(h, method.size() + 1 + target.size() + 1 + kVersionSize + 2, out);
+  HeadWriter<http::fields> w(h, method.size() + 1 + target.size() + 1 + kVersionSize + 2, out);
   w.put(method);
   w.put(' ');
   w.put(target);
@@ -216,11 +278,12 @@ void render_head(const http::request_header<>& h, std::string& out) {
   w.put_fields();
 }
 
-void render_head(const http::response_header<>& h, std::string& out) {
-  std::string_view const reason = h.reason();
-  HeadWriter w(h, kVersionSize + 5 + reason.size() + 2, out);
-  unsigned const code = h.result_int();
-  w.put_version(h.version());
+namespace {
+
+template <class Fields>
+void render_answer(const Fields& f, unsigned version, unsigned code, std::string_view reason, std::string& out) {
+  HeadWriter<Fields> w(f, kVersionSize + 5 + reason.size() + 2, out);
+  w.put_version(version);
   w.put(' ');
   w.put(static_cast<char>('0' + code / 100 % 10));
   w.put(static_cast<char>('0' + code / 10 % 10));
@@ -229,6 +292,19 @@ void render_head(const http::response_header<>& h, std::string& out) {
   w.put(reason);
   w.put("\r\n");
   w.put_fields();
+}
+
+}  // namespace
+
+void render_head(const http::response_header<>& h, std::string& out) {
+  render_answer<http::fields>(h, h.version(), h.result_int(), h.reason(), out);
+}
+
+void render_head(const AnswerHead& h, std::string& out) {
+  // An empty reason is written as Beast writes it: the status's own text.
+  std::string_view const reason =
+      h.reason.empty() ? std::string_view(http::obsolete_reason(static_cast<http::status>(h.status))) : h.reason;
+  render_answer(h, h.version, h.status, reason, out);
 }
 
 }  // namespace idemgate::proxy

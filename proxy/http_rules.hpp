@@ -17,6 +17,8 @@
 
 namespace idemgate::proxy {
 
+class AnswerHead;
+
 enum class RawHeaderError {
   none,
   incomplete,              // no CRLFCRLF yet
@@ -44,6 +46,7 @@ bool acceptable_request_transfer_encoding(const boost::beast::http::fields&);
 // Transfer-Encoding (framing is re-done by the serializer), plus Idemgate-*
 // request headers when strip_idemgate is set.
 void strip_hop_by_hop(boost::beast::http::fields&, bool strip_idemgate);
+void strip_hop_by_hop(AnswerHead&);
 
 // The idle timeout an upstream announces in Keep-Alive ("timeout=5, max=100"),
 // or nullopt when the header does not say (RFC 9112 appendix C.2.2 keeps
@@ -52,11 +55,20 @@ std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view keep_ali
 
 // Appends this hop to Via ("1.1 idemgate").
 void add_via(boost::beast::http::fields&, unsigned version);
+void add_via(AnswerHead&, unsigned version);
+
+// The upstream answer's head as the client sees it, exactly as the same
+// steps on Beast's fields would leave it: hop-by-hop fields out, this hop
+// (the upstream's version) in Via, the client's version, then
+// Transfer-Encoding: chunked when the body is re-chunked, and Connection
+// when persistence differs from the version's default.
+void prepare_answer_head(AnswerHead&, unsigned client_version, bool chunked, bool keep_alive);
 
 // The header exactly as Beast's serializer writes it (start line, each field
 // as "Name: value", CRLF), into out (cleared first): one contiguous buffer the
 // proxy sends with the body in one gathered write.
 void render_head(const boost::beast::http::request_header<>&, std::string& out);
 void render_head(const boost::beast::http::response_header<>&, std::string& out);
+void render_head(const AnswerHead&, std::string& out);
 
 }  // namespace idemgate::proxy

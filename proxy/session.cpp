@@ -68,53 +68,60 @@ asio::awaitable<void> Session::linger() {
   }
 }
 
-asio::awaitable<Session::HeaderRead> Session::read_header(const config::Config& cfg,
-                                                          http::request_parser<http::buffer_body>& parser) {
+bool Session::take_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser,
+                          std::optional<Problem>& problem) {
   auto const& limits = cfg.limits;
   std::size_t const header_limit = static_cast<std::size_t>(limits.header_bytes);
+  auto const bytes = std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  auto const check = check_raw_header(bytes, static_cast<std::size_t>(limits.request_line));
+  switch (check.error) {
+    case RawHeaderError::none: {
+      idle_ = false;
+      beast::error_code ec;
+      parser.header_limit(static_cast<std::uint32_t>(header_limit + 1));
+      parser.body_limit(boost::none);
+      parser.put(asio::buffer(buffer_.data().data(), check.header_size), ec);
+      buffer_.consume(check.header_size);
+      if (!ec && parser.is_header_done()) return true;
+      problem = bad_request("request header rejected: " + ec.message());
+      break;
+    }
+    case RawHeaderError::request_line_too_long:
+      problem = Problem{414, "request_line_too_long", "Request line too long",
+                        "the request line is longer than limits.request_line (" +
+                            std::to_string(limits.request_line) + " bytes)"};
+      break;
+    case RawHeaderError::obs_fold:
+      problem = bad_request("obsolete line folding (obs-fold) in a header is not accepted");
+      break;
+    case RawHeaderError::bare_lf:
+      problem = bad_request("header lines must end with CRLF");
+      break;
+    case RawHeaderError::nul_byte:
+      problem = bad_request("NUL byte in the request header");
+      break;
+    case RawHeaderError::incomplete:
+      if (buffer_.size() > header_limit) {
+        problem = Problem{431, "header_too_large", "Request header fields too large",
+                          "the request header is larger than limits.header_bytes (" +
+                              std::to_string(limits.header_bytes) + " bytes)"};
+      }
+      break;
+  }
+  return false;
+}
+
+asio::awaitable<Session::HeaderRead> Session::read_header(const config::Config& cfg,
+                                                          http::request_parser<http::buffer_body>& parser) {
+  std::size_t const header_limit = static_cast<std::size_t>(cfg.limits.header_bytes);
   bool waiting_first_byte = buffer_.size() == 0;
   idle_ = waiting_first_byte;
   if (!waiting_first_byte) client_.expires_after(cfg.timeouts.client_header);
   for (;;) {
-    auto const bytes = std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    auto const check = check_raw_header(bytes, static_cast<std::size_t>(limits.request_line));
     // GCC 12 destroys temporaries inside a co_await expression twice:
     // every problem is built into a named variable first.
     std::optional<Problem> problem;
-    switch (check.error) {
-      case RawHeaderError::none: {
-        idle_ = false;
-        beast::error_code ec;
-        parser.header_limit(static_cast<std::uint32_t>(header_limit + 1));
-        parser.body_limit(boost::none);
-        parser.put(asio::buffer(buffer_.data().data(), check.header_size), ec);
-        buffer_.consume(check.header_size);
-        if (!ec && parser.is_header_done()) co_return HeaderRead::ok;
-        problem = bad_request("request header rejected: " + ec.message());
-        break;
-      }
-      case RawHeaderError::request_line_too_long:
-        problem = Problem{414, "request_line_too_long", "Request line too long",
-                          "the request line is longer than limits.request_line (" +
-                              std::to_string(limits.request_line) + " bytes)"};
-        break;
-      case RawHeaderError::obs_fold:
-        problem = bad_request("obsolete line folding (obs-fold) in a header is not accepted");
-        break;
-      case RawHeaderError::bare_lf:
-        problem = bad_request("header lines must end with CRLF");
-        break;
-      case RawHeaderError::nul_byte:
-        problem = bad_request("NUL byte in the request header");
-        break;
-      case RawHeaderError::incomplete:
-        if (buffer_.size() > header_limit) {
-          problem = Problem{431, "header_too_large", "Request header fields too large",
-                            "the request header is larger than limits.header_bytes (" +
-                                std::to_string(limits.header_bytes) + " bytes)"};
-        }
-        break;
-    }
+    if (take_header(cfg, parser, problem)) co_return HeaderRead::ok;
     if (problem) {
       co_await write_problem(cfg, *problem, 11);
       co_return HeaderRead::problem_sent;
@@ -140,8 +147,23 @@ asio::awaitable<Session::HeaderRead> Session::read_header(const config::Config& 
 asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
   http::request_parser<http::buffer_body> parser;
   UnreadBodyCheck const unread_check{body_unread_, parser};
-  auto const got = co_await read_header(cfg, parser);
-  if (got != HeaderRead::ok) co_return false;
+  // A whole header is usually buffered already (wait_for_request read it):
+  // taken here, without read_header's coroutine frame.
+  bool have_header = false;
+  std::optional<Problem> header_problem;
+  if (buffer_.size() != 0) {
+    idle_ = false;
+    client_.expires_after(cfg.timeouts.client_header);
+    have_header = take_header(cfg, parser, header_problem);
+  }
+  if (header_problem) {
+    co_await write_problem(cfg, *header_problem, 11);
+    co_return false;
+  }
+  if (!have_header) {
+    auto const got = co_await read_header(cfg, parser);
+    if (got != HeaderRead::ok) co_return false;
+  }
   worker_.stats().requests.fetch_add(1, std::memory_order_relaxed);
   auto& req = parser.get();
   unsigned const version = req.version() == 10 ? 10 : 11;

@@ -120,7 +120,12 @@ private:
     ~UnreadBodyCheck() { flag = parser.is_header_done() && !parser.is_done(); }
   };
 
-  // Reads one request header into parser_, checking the raw bytes first.
+  // The buffered bytes checked raw, then parsed when they hold a whole
+  // header (true). false with problem set: refused; without: incomplete.
+  bool take_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser,
+                   std::optional<Problem>& problem);
+
+  // Reads one request header into parser, checking the raw bytes first.
   asio::awaitable<HeaderRead> read_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser);
 
   asio::awaitable<bool> serve_one(const config::Config& cfg);

@@ -71,6 +71,14 @@ public:
         token, buffers);
   }
 
+  // TimedSocket::write_some_now for plain TCP. Under TLS nothing is written
+  // (0, no error): a record is written by the TLS layer's own operation.
+  template <class ConstBufferSequence>
+  std::size_t write_some_now(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
+    if (tls_) return 0;
+    return tcp_.write_some_now(buffers, ec);
+  }
+
 private:
   TimedSocket tcp_;
   std::unique_ptr<TlsLayer> tls_;

@@ -113,6 +113,27 @@ public:
         token, buffers);
   }
 
+  // Writes what the socket takes at once, without waiting and without an
+  // Asio operation (no trip through the scheduler): a small answer usually
+  // fits the send buffer whole. would_block when it takes nothing; a
+  // timed-out socket reports timeout, as an operation would. No deadline is
+  // needed: nothing waits.
+  template <class ConstBufferSequence>
+  std::size_t write_some_now(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
+    if (state_->timed_out) {
+      ec = boost::beast::error::timeout;
+      return 0;
+    }
+    auto& socket = state_->socket;
+    // The user-level flag (Asio's own operations do not depend on it); set
+    // once, it stays for the socket's life.
+    if (!socket.non_blocking()) {
+      socket.non_blocking(true, ec);
+      if (ec) return 0;
+    }
+    return socket.write_some(buffers, ec);
+  }
+
   // Until the socket is readable: an idle keep-alive connection waits with no
   // buffer at all.
   template <class WaitToken>

@@ -1,0 +1,154 @@
+// The flat answer head (AnswerParser, prepare_answer_head, render_head) against
+// the same steps on Beast's own parser and fields: the pass-through path must
+// send the client byte for byte what it sent when it used basic_fields.
+#include "tests/proxy/answer_head_paths.hpp"
+
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace idemgate::proxy;
+using namespace idemgate::test;
+namespace http = boost::beast::http;
+namespace asio = boost::asio;
+
+namespace {
+
+std::string random_answer(std::mt19937& rng) {
+  auto pick = [&](auto const& options) { return options[rng() % options.size()]; };
+  static const std::vector<std::string> status_lines = {
+      "HTTP/1.1 200 OK",      "HTTP/1.1 201 Created",   "HTTP/1.0 200 OK",  "HTTP/1.1 204 No Content",
+      "HTTP/1.1 304 Not Modified", "HTTP/1.1 299 Fine", "HTTP/1.1 200 ",    "HTTP/1.1 404 Not Found",
+      "HTTP/1.1 502 Bad Gateway",  "HTTP/1.1 100 Continue", "HTTP/1.1 599 x y z"};
+  static const std::vector<std::string> fields = {
+      "Server: nginx/1.22.1",
+      "Date: Sat, 05 Dec 2026 23:00:00 GMT",
+      "Content-Type: text/plain",
+      "content-type:application/json  ",
+      "Connection: keep-alive",
+      "Connection: close",
+      "connection: X-A, keep-alive",
+      "Connection: x-b x-c, X-D;q=1",
+      "Proxy-Connection: X-A",
+      "Keep-Alive: timeout=5, max=100",
+      "Via: 1.0 upstream",
+      "Via: ",
+      "via: 1.1 a, 1.1 b",
+      "X-A: 1",
+      "x-b: 2",
+      "X-C: three",
+      "X-D: \t four \t",
+      "X-Kept: yes",
+      "Set-Cookie: a=1",
+      "Set-Cookie: b=2",
+      "Trailer: Expires",
+      "Upgrade: h2c",
+      "TE: trailers",
+      "Idemgate-Intent: kept on answers",
+      "Cache-Control: no-cache,\r\n  no-store",  // obs-fold
+      "X-Folded: a\r\n\tb\r\n c",
+      "Content-Length: 3",
+      "Content-Length: 0",
+      "Content-Length: 100000000",
+      "Transfer-Encoding: chunked",
+      "Transfer-Encoding: gzip, chunked",
+      "Transfer-Encoding: gzip",
+  };
+  std::string text = pick(status_lines) + "\r\n";
+  auto const count = rng() % 9;
+  for (unsigned i = 0; i < count; ++i) text += pick(fields) + "\r\n";
+  text += "\r\n";
+  return text;
+}
+
+// Puts bytes into p, which keeps views into them.
+std::size_t put(AnswerParser& p, std::string_view bytes, boost::beast::error_code& ec) {
+  p.input(bytes);
+  return p.put(asio::buffer(bytes.data(), bytes.size()), ec);
+}
+
+}  // namespace
+
+TEST_CASE("answer head: the flat path renders what Beast's fields rendered, on random answers") {
+  std::mt19937 rng(20261206);
+  AnswerHead head;  // reused across answers, as on a pooled connection
+  int compared = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string const text = random_answer(rng);
+    Framing const f{rng() % 2 ? 11u : 10u, rng() % 3 != 0, rng() % 5 == 0};
+    // The bytes after the header must not matter to the views.
+    std::string const bytes = text + "abc";
+    INFO("answer: ", text, "client version ", f.client_version, ", keep-alive ", f.client_wants_keep_alive,
+         ", HEAD ", f.head_request);
+    auto const beast = through_beast(bytes, f);
+    auto const flat = through_flat(bytes, f, head);
+    REQUIRE(beast.ok == flat.ok);
+    if (!beast.ok) {
+      ++refused;
+      continue;
+    }
+    ++compared;
+    CHECK(by_name(flat.head) == by_name(beast.head));
+    CHECK(flat.header_size == beast.header_size);
+    CHECK(flat.chunked == beast.chunked);
+    CHECK(flat.done == beast.done);
+    CHECK(flat.keep_alive == beast.keep_alive);
+    CHECK(flat.need_eof == beast.need_eof);
+    CHECK((flat.content_length == beast.content_length));
+    CHECK(by_name(through_copy(head, bytes, f)) == by_name(beast.head));
+  }
+  // Both kinds are seen, so the comparison means something.
+  CHECK(compared > 10000);
+  CHECK(refused > 100);
+}
+
+TEST_CASE("answer head: folded values are copied, plain ones are views of the input") {
+  std::string const bytes =
+      "HTTP/1.1 200 OK\r\nX-Plain: abc\r\nX-Folded: a\r\n b\r\nX-Second: c\r\n\tdd\r\nContent-Length: 0\r\n\r\n";
+  AnswerHead head;
+  AnswerParser p(head);
+  boost::beast::error_code ec;
+  auto const n = put(p, bytes, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(n == bytes.size());
+  REQUIRE(head.size() == 4);
+  auto it = head.begin();
+  CHECK(it->value() == "abc");
+  CHECK(it->value().data() >= bytes.data());
+  CHECK(it->value().data() < bytes.data() + bytes.size());
+  // Beast's own reading of the folded values.
+  http::response_parser<http::string_body> beast;
+  beast.put(asio::buffer(bytes.data(), bytes.size()), ec);
+  REQUIRE_FALSE(ec);
+  std::string const folded(beast.get()["X-Folded"]), second(beast.get()["X-Second"]);
+  CHECK(folded.find('b') != std::string::npos);
+  ++it;
+  CHECK(it->name_string() == "X-Folded");
+  CHECK(it->value() == folded);
+  CHECK((it->value().data() < bytes.data() || it->value().data() >= bytes.data() + bytes.size()));
+  ++it;
+  CHECK(it->value() == second);
+  CHECK(std::prev(it)->value() == folded);  // the second copy left the first one's view whole
+  CHECK(head.status == 200);
+  CHECK(head.reason == "OK");
+}
+
+TEST_CASE("answer head: the parser reads a header only") {
+  std::string const bytes = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc";
+  AnswerHead head;
+  AnswerParser p(head);
+  boost::beast::error_code ec;
+  auto const n = put(p, bytes, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(n == bytes.size() - 3);
+  CHECK_FALSE(p.is_done());
+  // Asked for the body, it refuses rather than dropping bytes.
+  p.put(asio::buffer(bytes.data() + n, 3), ec);
+  CHECK(ec == http::error::unexpected_body);
+}
