@@ -44,6 +44,12 @@ public:
   using iterator = List::iterator;
   using const_iterator = List::const_iterator;
 
+  AnswerHead() = default;
+  // Views may point into the head's own storage: a copy would point into
+  // the original's.
+  AnswerHead(const AnswerHead&) = delete;
+  AnswerHead& operator=(const AnswerHead&) = delete;
+
   unsigned status = 0;
   unsigned version = 11;
   std::string_view reason;  // as sent; may be empty

@@ -75,7 +75,8 @@ struct WholeWrite {
   WholeWrite(ProxyStream& out, const std::string& head, asio::const_buffer body) : rest(Buffers{asio::buffer(head), body}) {
     std::size_t const total = head.size() + body.size();
     std::size_t const written = out.write_some_now(rest, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+    // Nothing taken now (or a signal came first): the rest waits for room.
+    if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted) ec = {};
     done = ec || written == total;
     rest.consume(written);
   }
@@ -205,18 +206,25 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
     // The answer header, skipping interim 1xx answers. Read by hand (the
     // loop of Beast's read_some, without its composed operation) so that
     // the header bytes stay in the buffer: the head's views point into
-    // them until the answer is written or handed to Beast's parser.
-    bool retry = false;
-    for (;;) {
+    // them until the answer is written or handed to Beast's parser. Beast
+    // parses a header as far as its lines are complete; a header that came
+    // in pieces is parsed again whole by a fresh parser once more bytes
+    // arrive (reading may move the buffer, and with it the views).
+    auto const fresh_parser = [&] {
       answer.emplace(head);
       answer->header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
       answer->body_limit(boost::none);
-      up->stream.expires_after(timeouts.upstream_response);
       if (req.method() == http::verb::head) answer->skip(true);
+    };
+    bool retry = false;
+    for (;;) {
+      fresh_parser();
+      up->stream.expires_after(timeouts.upstream_response);
       beast::error_code ec;
       header_size = 0;
       while (header_size == 0) {
         if (up->buffer.size() != 0) {
+          if (answer->got_some()) fresh_parser();
           auto const bytes = up->buffer.data();
           answer->input({static_cast<const char*>(bytes.data()), bytes.size()});
           header_size = answer->put(bytes, ec);

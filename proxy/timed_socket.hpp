@@ -126,7 +126,9 @@ public:
     }
     auto& socket = state_->socket;
     // The user-level flag (Asio's own operations do not depend on it); set
-    // once, it stays for the socket's life.
+    // once, it stays for the socket's life, so a synchronous read or write
+    // on the socket would fail with would_block rather than wait: the proxy
+    // has none.
     if (!socket.non_blocking()) {
       socket.non_blocking(true, ec);
       if (ec) return 0;

@@ -293,6 +293,112 @@ class ForwardTest(unittest.TestCase):
                 self.assertEqual(got, payload)
 
 
+class PiecemealUpstream:
+    """An upstream on 127.0.0.1:0 that answers each request with the bytes of
+    `pieces`, one send each, pausing between them (its slowness is the
+    behaviour under test: the proxy reads each piece on its own)."""
+
+    PAUSE = 0.03
+
+    def __init__(self):
+        self.pieces = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buffered = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    part = conn.recv(65536)
+                    if not part:
+                        return
+                    buffered += part
+                buffered = buffered.partition(b"\r\n\r\n")[2]
+                for i, piece in enumerate(self.pieces):
+                    if i:
+                        time.sleep(self.PAUSE)
+                    conn.sendall(piece)
+
+    def close(self):
+        self.listener.close()
+
+
+class PiecemealAnswerTest(unittest.TestCase):
+    """An answer header that arrives in pieces (a slow upstream, a big
+    header, a TLS record each line) is read whole, wherever it is cut."""
+
+    ANSWER = (b"HTTP/1.1 200 OK\r\nX-A: 1\r\nX-Long: " + b"v" * 300 + b"\r\nContent-Length: 5\r\n"
+              b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\nhello")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.upstream = PiecemealUpstream()
+        cls.proxy = Proxy(BASE_CONFIG).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.stop()
+        cls.upstream.close()
+
+    def exchange_on(self, sock, conn):
+        sock.sendall(b"GET http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                     % (self.upstream.port, self.upstream.port))
+        status = conn.readline()
+        headers = []
+        while True:
+            line = conn.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            headers.append((name.strip().lower(), value.strip()))
+        length = int(dict(headers).get(b"content-length", b"0"))
+        return status, headers, conn.read(length)
+
+    def check_cut(self, pieces):
+        self.upstream.pieces = pieces
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10)
+        try:
+            conn = sock.makefile("rb")
+            for _ in range(2):  # twice on one connection: the pooled upstream's buffer starts clean
+                status, headers, body = self.exchange_on(sock, conn)
+                self.assertTrue(status.startswith(b"HTTP/1.1 200"), (status, pieces))
+                self.assertEqual(body, b"hello")
+                values = dict(headers)
+                self.assertEqual(values[b"x-a"], b"1")
+                self.assertEqual(values[b"x-long"], b"v" * 300)
+                self.assertEqual([v for k, v in headers if k == b"set-cookie"], [b"a=1", b"b=2"])
+        finally:
+            sock.close()
+
+    def test_header_cut_anywhere(self):
+        answer = self.ANSWER
+        header_end = answer.index(b"\r\n\r\n")
+        for cut in (5, answer.index(b"\r\n") + 2, answer.index(b"X-Long") + 20, header_end, header_end + 2,
+                    header_end + 4):
+            with self.subTest(cut=cut):
+                self.check_cut([answer[:cut], answer[cut:]])
+        # Line by line.
+        lines = [line + b"\r\n" for line in answer[:header_end].split(b"\r\n")]
+        self.check_cut(lines + [b"\r\nhello"])
+
+    def test_interim_answer_then_a_cut_header(self):
+        interim = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+        cut = self.ANSWER.index(b"X-A") + 2
+        self.check_cut([interim + self.ANSWER[:cut], self.ANSWER[cut:]])
+        self.check_cut([interim[:10], interim[10:] + self.ANSWER[:cut], self.ANSWER[cut:]])
+
+
 class DeadlineTest(unittest.TestCase):
     def test_slow_upstream_is_504_problem(self):
         cfg = BASE_CONFIG.replace("upstream_response: 2s", "upstream_response: 300ms")
