@@ -14,6 +14,11 @@ AnswerHead::const_iterator AnswerHead::find(http::field name) const noexcept {
   return std::find_if(fields_.begin(), fields_.end(), [name](const HeadField& f) { return f.name() == name; });
 }
 
+void AnswerHead::erase_all(http::field name) {
+  fields_.erase(std::remove_if(fields_.begin(), fields_.end(), [name](const HeadField& f) { return f.name() == name; }),
+                fields_.end());
+}
+
 void AnswerHead::append(http::field name, std::string_view value) {
   fields_.emplace_back(name, http::to_string(name), value);
 }

@@ -60,6 +60,7 @@ public:
   const_iterator end() const noexcept { return fields_.end(); }
   iterator erase(const_iterator it) { return fields_.erase(it); }
   const_iterator find(boost::beast::http::field name) const noexcept;
+  void erase_all(boost::beast::http::field name);
   std::size_t size() const noexcept { return fields_.size(); }
 
   // A field whose bytes outlive the head (the parsed input, or a literal);

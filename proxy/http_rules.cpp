@@ -202,7 +202,7 @@ void add_via(AnswerHead& h, unsigned version) {
   std::string joined(existing->value());
   joined += ", ";
   joined += mine;
-  for (auto it = h.begin(); it != h.end();) it = it->name() == http::field::via ? h.erase(it) : std::next(it);
+  h.erase_all(http::field::via);
   h.append_copy(http::field::via, std::move(joined));
 }
 
@@ -211,8 +211,7 @@ void prepare_answer_head(AnswerHead& h, unsigned client_version, bool chunked, b
   add_via(h, h.version);
   h.version = client_version;
   if (chunked) {
-    for (auto it = h.begin(); it != h.end();)
-      it = it->name() == http::field::content_length ? h.erase(it) : std::next(it);
+    h.erase_all(http::field::content_length);
     h.append(http::field::transfer_encoding, "chunked");
   }
   // Connection is stripped: only what differs from the version's default.

@@ -295,10 +295,9 @@ class ForwardTest(unittest.TestCase):
 
 class PiecemealUpstream:
     """An upstream on 127.0.0.1:0 that answers each request with the bytes of
-    `pieces`, one send each, pausing between them (its slowness is the
-    behaviour under test: the proxy reads each piece on its own)."""
-
-    PAUSE = 0.03
+    `pieces`, one send each, sending the next only once the proxy has read
+    the last (its socket's receive queue, in /proc/net/tcp, is empty): the
+    proxy reads each piece on its own."""
 
     def __init__(self):
         self.pieces = []
@@ -314,8 +313,19 @@ class PiecemealUpstream:
                 return
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
+    def _proxy_unread(self, proxy_port):
+        """Bytes waiting in the proxy's end of this connection, or None while it is not listed."""
+        with open("/proc/net/tcp") as table:
+            for line in table.readlines()[1:]:
+                fields = line.split()
+                local, remote = fields[1].split(":"), fields[2].split(":")
+                if int(local[1], 16) == proxy_port and int(remote[1], 16) == self.port:
+                    return int(fields[4].split(":")[1], 16)
+        return None
+
     def _answer(self, conn):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        proxy_port = conn.getpeername()[1]
         buffered = b""
         with conn:
             while True:
@@ -325,10 +335,9 @@ class PiecemealUpstream:
                         return
                     buffered += part
                 buffered = buffered.partition(b"\r\n\r\n")[2]
-                for i, piece in enumerate(self.pieces):
-                    if i:
-                        time.sleep(self.PAUSE)
+                for piece in self.pieces:
                     conn.sendall(piece)
+                    wait_until(lambda: self._proxy_unread(proxy_port) == 0, what="the proxy reading a piece")
 
     def close(self):
         self.listener.close()
