@@ -81,8 +81,11 @@ class Proxy:
             return f.read().decode(errors="replace")
 
     def log_lines(self):
+        # The proxy may be writing while we read: a read can end inside a
+        # write(2) of a batch of lines, so only lines with their newline count.
+        text = self.stderr()
         out = []
-        for line in self.stderr().splitlines():
+        for line in text[:text.rfind("\n") + 1].splitlines():
             line = line.strip()
             if line.startswith("{"):
                 out.append(json.loads(line))

@@ -36,7 +36,10 @@ class ReloadTest(unittest.TestCase):
                         conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
                 conn.close()
 
-            threads = [threading.Thread(target=client) for _ in range(4)]
+            # Daemon threads, stopped by a cleanup too: a failed wait below
+            # must end the test, not leave clients looping on a dead proxy.
+            threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+            self.addCleanup(done.set)
             for t in threads:
                 t.start()
             for i in range(100):
