@@ -49,9 +49,7 @@ void fill_idemgate_headers(Call& c, http::fields& f) {
 }
 
 asio::awaitable<ForwardResult> write_response(Call& c, StringResponse& res, AnswerTail* tail = nullptr) {
-  http::fields f;
-  fill_idemgate_headers(c, f);
-  for (auto const& h : f) res.set(h.name_string(), h.value());
+  fill_idemgate_headers(c, res);
   bool const ok = co_await write_answer(c.client, res, tail, c.cfg, c.worker);
   log_decision(c, res.result_int());
   co_return ForwardResult{ok && c.keep_alive};
@@ -109,8 +107,7 @@ policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
 }
 
 asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
-  StringResponse res = client_response(answer.response.result_int(), answer.response.base(),
-                                       std::move(answer.response.body()), c.version, c.keep_alive);
+  StringResponse res = client_response(std::move(answer.response), c.version, c.keep_alive);
   co_return co_await write_response(c, res, answer.tail.get());
 }
 

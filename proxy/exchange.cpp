@@ -4,6 +4,7 @@
 #include "proxy/answer_buffer.hpp"
 #include "proxy/connect.hpp"
 #include "proxy/relay.hpp"
+#include "proxy/whole_write.hpp"
 #include "proxy/worker.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -47,6 +48,31 @@ void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
                                   : std::chrono::steady_clock::duration::zero();
 }
 
+// A whole message with its body in memory, as Beast's serializer would
+// write it: the header rendered into `head`, then header and body in one
+// write that does not suspend when the socket takes it all (most requests
+// and answers). A chunked one goes through the serializer. Gives the error
+// and the bytes written, as async_write would.
+template <bool isRequest>
+asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStream& out,
+                                                                       http::message<isRequest, http::string_body>& m,
+                                                                       std::string& head,
+                                                                       std::chrono::milliseconds idle) {
+  if (m.chunked()) {
+    out.expires_after(idle);
+    co_return co_await http::async_write(out, m, use_tuple);
+  }
+  render_head(m.base(), head);
+  WholeWrite w(out, head, asio::buffer(m.body()));
+  std::size_t written = w.written;
+  if (!w.done) {
+    auto [ec, n] = co_await w.write_rest(out, idle);
+    w.ec = ec;
+    written += n;
+  }
+  co_return std::tuple{w.ec, written};
+}
+
 // Reads the answer's body into `body`, at most limit + 1 bytes (one more
 // than the limit tells "longer" from "exactly the limit" on chunked bodies),
 // and no more than `budget` can grow to (cut_by_budget: it stopped there).
@@ -80,8 +106,7 @@ asio::awaitable<beast::error_code> read_body_prefix(UpstreamConnection& up, http
 asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const config::Config& cfg,
                                 const ExchangeOptions& options, std::unique_ptr<UpstreamConnection>& up,
                                 UpstreamAnswer& answer) {
-  up->stream.expires_after(cfg.timeouts.idle);
-  auto [wec, written] = co_await http::async_write(up->stream, req, use_tuple);
+  auto [wec, written] = co_await write_whole(up->stream, req, up->head, cfg.timeouts.idle);
   if (wec) {
     // Nothing written on a fresh connection: the request never left.
     answer.outcome = written == 0 && !answer.reused_connection ? TransportOutcome::connect_failed
@@ -129,11 +154,14 @@ asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const 
                                "the answer from " + target.host + " " + why};
       co_return Sent::failed;
     }
-    answer.response = StringResponse(p.get().base());
+    remember_keep_alive(*up, p.get());
+    // A whole answer's header is the parser's no more: moved, not copied. A
+    // tail's parser goes on reading the body, so its header is left whole.
+    if (complete) answer.response.base() = std::move(p.get().base());
+    else answer.response.base() = p.get().base();
     answer.response.body() = std::move(body);
     answer.outcome = TransportOutcome::answered;
     ++up->requests;
-    remember_keep_alive(*up, p.get());
     if (!complete) {
       tail->up = std::move(up);
       tail->pool_key = target.pool_key();
@@ -183,11 +211,12 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& re
 
 asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, AnswerTail* tail,
                                    const config::Config& cfg, Worker& worker) {
-  client.expires_after(cfg.timeouts.idle);
   if (!tail) {
-    auto [ec, n] = co_await http::async_write(client, res, use_tuple);
+    std::string head;
+    auto [ec, n] = co_await write_whole(client, res, head, cfg.timeouts.idle);
     co_return !ec && res.keep_alive();
   }
+  client.expires_after(cfg.timeouts.idle);
   // The parser's own message is the one serialized: relay_body refills its
   // buffer_body from the upstream and writes it through sr.
   auto& p = *tail->parser;

@@ -8,10 +8,10 @@
 #include "proxy/log.hpp"
 #include "proxy/relay.hpp"
 #include "proxy/respond.hpp"
+#include "proxy/whole_write.hpp"
 #include "proxy/worker.hpp"
 
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/write.hpp>
@@ -62,34 +62,6 @@ struct Exchange {
 };
 
 bool is_timeout(const beast::error_code& ec) { return ec == beast::error::timeout; }
-
-// A rendered header and body bytes that are already buffered, in one
-// gathered write: a small message costs one system call and no pass through
-// the relay buffer. What the socket takes at once is written on the spot
-// (the coroutine does not suspend); a rest is written by an operation under
-// the idle deadline. Not a coroutine of its own (a frame a write): the
-// caller awaits only when a rest remains.
-struct WholeWrite {
-  using Buffers = std::array<asio::const_buffer, 2>;
-
-  WholeWrite(ProxyStream& out, const std::string& head, asio::const_buffer body) : rest(Buffers{asio::buffer(head), body}) {
-    std::size_t const total = head.size() + body.size();
-    std::size_t const written = out.write_some_now(rest, ec);
-    // Nothing taken now (or a signal came first): the rest waits for room.
-    if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted) ec = {};
-    done = ec || written == total;
-    rest.consume(written);
-  }
-
-  auto write_rest(ProxyStream& out, std::chrono::milliseconds idle) {
-    out.expires_after(idle);
-    return asio::async_write(out, rest, use_tuple);
-  }
-
-  beast::error_code ec;
-  bool done = false;
-  beast::buffers_suffix<Buffers> rest;
-};
 
 Problem body_too_large(const config::Config& cfg) {
   return Problem{413, "body_too_large", "Request body too large",

@@ -215,8 +215,7 @@ asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client, RequestPars
     co_await send_problem(client, p, req.version(), false, cfg.timeouts.client_header);
     co_return ForwardResult{false};
   }
-  StringResponse res = client_response(answer.response.result_int(), answer.response.base(),
-                                       std::move(answer.response.body()), req.version(), keep_alive);
+  StringResponse res = client_response(std::move(answer.response), req.version(), keep_alive);
   bool const ok = co_await write_answer(client, res, answer.tail.get(), cfg, worker);
   co_return ForwardResult{ok && keep_alive};
 }

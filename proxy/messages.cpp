@@ -25,11 +25,9 @@ StringRequest upstream_request(const http::request<http::buffer_body>& in, const
 
 namespace {
 
-template <class Headers, class Insert>
-StringResponse response_of(int status, const Headers& headers, Insert insert, std::string body, unsigned version,
-                           bool keep_alive) {
-  StringResponse res{static_cast<http::status>(status), version};
-  for (auto const& h : headers) insert(res, h);
+// What every answer to the client gets: no hop-by-hop fields, this hop in
+// Via, the body with its own length, the client's keep-alive.
+StringResponse finish_response(StringResponse res, std::string body, bool keep_alive) {
   strip_hop_by_hop(res, false);
   res.erase(http::field::content_length);
   add_via(res, 11);
@@ -43,17 +41,17 @@ StringResponse response_of(int status, const Headers& headers, Insert insert, st
 
 StringResponse client_response(int status, const ledger::Headers& headers, std::string body, unsigned version,
                                bool keep_alive) {
-  return response_of(
-      status, headers, [](StringResponse& res, auto const& h) { res.insert(h.first, h.second); }, std::move(body),
-      version, keep_alive);
+  StringResponse res{static_cast<http::status>(status), version};
+  for (auto const& [name, value] : headers) res.insert(name, value);
+  return finish_response(std::move(res), std::move(body), keep_alive);
 }
 
-StringResponse client_response(int status, const http::fields& headers, std::string body, unsigned version,
-                               bool keep_alive) {
-  return response_of(
-      status, headers,
-      [](StringResponse& res, auto const& f) { res.insert(f.name(), f.name_string(), f.value()); },
-      std::move(body), version, keep_alive);
+StringResponse client_response(StringResponse&& upstream, unsigned version, bool keep_alive) {
+  StringResponse res;
+  res.base() = std::move(upstream.base());
+  res.version(version);
+  res.reason({});  // the status's own text, as for a stored answer
+  return finish_response(std::move(res), std::move(upstream.body()), keep_alive);
 }
 
 ledger::Headers headers_of(const http::fields& f) {

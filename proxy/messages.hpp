@@ -19,9 +19,9 @@ StringRequest upstream_request(const boost::beast::http::request<boost::beast::h
 // The answer the client sees for an upstream answer or a stored one.
 StringResponse client_response(int status, const ledger::Headers& headers, std::string body, unsigned version,
                                bool keep_alive);
-// The same from an upstream answer's own header (no copy in between).
-StringResponse client_response(int status, const boost::beast::http::fields& headers, std::string body,
-                               unsigned version, bool keep_alive);
+// The same from an upstream answer, taken over whole (its header and body
+// are moved, not copied).
+StringResponse client_response(StringResponse&& upstream, unsigned version, bool keep_alive);
 
 ledger::Headers headers_of(const boost::beast::http::fields& fields);
 

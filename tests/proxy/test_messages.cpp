@@ -1,0 +1,84 @@
+// The answer a client gets for a guarded call (proxy/messages.hpp): built
+// from the upstream's answer taken over whole, or from a stored one; both
+// must put the same bytes on the wire for the same answer.
+#include "proxy/http_rules.hpp"
+#include "proxy/messages.hpp"
+
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/http/serializer.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace idemgate;
+using namespace idemgate::proxy;
+namespace http = boost::beast::http;
+
+namespace {
+
+// What Beast's serializer writes for `res`, header and body.
+std::string wire(StringResponse& res) {
+  http::serializer<false, http::string_body> sr{res};
+  std::string out;
+  boost::beast::error_code ec;
+  while (!sr.is_done()) {
+    sr.next(ec, [&](boost::beast::error_code&, auto const& buffers) {
+      out += boost::beast::buffers_to_string(buffers);
+      sr.consume(boost::beast::buffer_bytes(buffers));
+    });
+    REQUIRE(!ec);
+  }
+  return out;
+}
+
+// An upstream answer with a reason of its own, hop-by-hop fields, a stale
+// length, a Via from an earlier hop and a repeated field.
+StringResponse upstream_answer() {
+  StringResponse up{http::status::created, 11};
+  up.reason("Made");
+  up.insert("Content-Type", "application/json");
+  up.insert("Connection", "keep-alive, X-Hop");
+  up.insert("X-Hop", "1");
+  up.insert("Keep-Alive", "timeout=65");
+  up.insert("Set-Cookie", "a=1");
+  up.insert("Content-Length", "999");
+  up.insert("Via", "1.1 earlier");
+  up.insert("Set-Cookie", "b=2");
+  up.body() = R"({"id":"ch_1"})";
+  return up;
+}
+
+}  // namespace
+
+TEST_CASE("client_response: an upstream answer taken over whole") {
+  StringResponse res = client_response(upstream_answer(), 10, false);
+  std::string const bytes = wire(res);
+  // The client's version, the status's own text (not the upstream's
+  // reason), no hop-by-hop field, this hop added to Via, the body's own
+  // length, the client's keep-alive.
+  CHECK(bytes ==
+        "HTTP/1.0 201 Created\r\n"
+        "Content-Type: application/json\r\n"
+        "Set-Cookie: a=1\r\n"
+        "Set-Cookie: b=2\r\n"  // Beast's fields keep a name's fields together
+        "Via: 1.1 earlier, 1.1 idemgate\r\n"
+        "Content-Length: 13\r\n"
+        "\r\n"
+        R"({"id":"ch_1"})");
+
+  StringResponse kept = client_response(upstream_answer(), 11, true);
+  CHECK(kept.keep_alive());
+  CHECK(wire(kept).starts_with("HTTP/1.1 201 Created\r\n"));
+}
+
+TEST_CASE("client_response: a stored answer and the same upstream answer give the same bytes") {
+  for (unsigned version : {10u, 11u}) {
+    for (bool keep_alive : {false, true}) {
+      StringResponse up = upstream_answer();
+      ledger::Headers stored = headers_of(up);
+      std::string body = up.body();
+      StringResponse from_up = client_response(std::move(up), version, keep_alive);
+      StringResponse from_stored = client_response(201, stored, body, version, keep_alive);
+      CHECK(wire(from_up) == wire(from_stored));
+    }
+  }
+}
