@@ -251,12 +251,19 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
         canonical_body = input.body;
       } else {
         result.body_kind = BodyKind::json;
-        result.body = parsed;
-        for (const auto& pointer : ignore) erase_pointer(parsed, pointer);
+        // result.body keeps the body as sent; what is hashed loses the
+        // ignored members, in a copy only when there are some.
+        std::optional<boost::json::value> trimmed;
+        if (!ignore.empty()) {
+          trimmed = parsed;
+          for (const auto& pointer : ignore) erase_pointer(*trimmed, pointer);
+        }
+        const boost::json::value& hashed = trimmed ? *trimmed : parsed;
         // An MCP tools/call is its name and arguments: the JSON-RPC id and
         // params._meta change on every re-issue of the same call.
-        auto mcp = tool.match.mcp_tool.empty() ? std::nullopt : mcp_call_material(parsed);
-        canonical_body = mcp ? std::move(*mcp) : canonical_json(parsed);
+        auto mcp = tool.match.mcp_tool.empty() ? std::nullopt : mcp_call_material(hashed);
+        canonical_body = mcp ? std::move(*mcp) : canonical_json(hashed);
+        result.body = std::move(parsed);
       }
     } else if (is_form_content_type(input.content_type)) {
       result.body_kind = BodyKind::form;

@@ -142,6 +142,22 @@ TEST_CASE("property: changing an ignored field leaves the fingerprint unchanged"
   }
 }
 
+TEST_CASE("the parsed body is kept as sent: ignored members are left out of the hash only") {
+  std::string const sent = R"({"amount":500,"meta":{"request_id":"r1","tag":"t"}})";
+  FingerprintInput input{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
+                         .target = "/v1/charges", .content_type = "application/json", .body = sent};
+  Tool plain = charge_tool();
+  plain.fingerprint.ignore.clear();
+  for (const Tool& tool : {charge_tool(), plain}) {
+    auto const result = fingerprint(input, tool);
+    REQUIRE(result.body);
+    CHECK(*result.body == json::parse(sent));  // require: and lookups read the whole body
+  }
+  // The ignored member really is out of the hash, and only it.
+  CHECK(fp(sent) == fp(R"({"amount":500,"meta":{"tag":"t"}})"));
+  CHECK(fp(sent) != fp(R"({"amount":500,"meta":{"request_id":"r1"}})"));
+}
+
 TEST_CASE("property: changing the Idempotency-Key leaves the fingerprint unchanged") {
   std::mt19937 random(11);
   for (int i = 0; i < rounds; ++i) {
