@@ -107,7 +107,8 @@ policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
 }
 
 asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
-  StringResponse res = client_response(std::move(answer.response), c.version, c.keep_alive);
+  StringResponse res = client_response(std::move(answer.response), c.version, c.keep_alive,
+                                       c.req.method() == http::verb::head);
   co_return co_await write_response(c, res, answer.tail.get());
 }
 

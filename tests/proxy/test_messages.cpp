@@ -31,7 +31,8 @@ std::string wire(StringResponse& res) {
 }
 
 // An upstream answer with a reason of its own, hop-by-hop fields, a stale
-// length, a Via from an earlier hop and a repeated field.
+// length, a Via from an earlier hop, a field only idemgate may set and a
+// repeated field.
 StringResponse upstream_answer() {
   StringResponse up{http::status::created, 11};
   up.reason("Made");
@@ -42,6 +43,7 @@ StringResponse upstream_answer() {
   up.insert("Set-Cookie", "a=1");
   up.insert("Content-Length", "999");
   up.insert("Via", "1.1 earlier");
+  up.insert("Idemgate-Key", "not-the-upstreams-to-say");
   up.insert("Set-Cookie", "b=2");
   up.body() = R"({"id":"ch_1"})";
   return up;
@@ -50,11 +52,11 @@ StringResponse upstream_answer() {
 }  // namespace
 
 TEST_CASE("client_response: an upstream answer taken over whole") {
-  StringResponse res = client_response(upstream_answer(), 10, false);
+  StringResponse res = client_response(upstream_answer(), 10, false, false);
   std::string const bytes = wire(res);
   // The client's version, the status's own text (not the upstream's
-  // reason), no hop-by-hop field, this hop added to Via, the body's own
-  // length, the client's keep-alive.
+  // reason), no hop-by-hop field, no Idemgate-* field from upstream, this
+  // hop added to Via, the body's own length, the client's keep-alive.
   CHECK(bytes ==
         "HTTP/1.0 201 Created\r\n"
         "Content-Type: application/json\r\n"
@@ -65,7 +67,7 @@ TEST_CASE("client_response: an upstream answer taken over whole") {
         "\r\n"
         R"({"id":"ch_1"})");
 
-  StringResponse kept = client_response(upstream_answer(), 11, true);
+  StringResponse kept = client_response(upstream_answer(), 11, true, false);
   CHECK(kept.keep_alive());
   CHECK(wire(kept).starts_with("HTTP/1.1 201 Created\r\n"));
 }
@@ -76,9 +78,40 @@ TEST_CASE("client_response: a stored answer and the same upstream answer give th
       StringResponse up = upstream_answer();
       ledger::Headers stored = headers_of(up);
       std::string body = up.body();
-      StringResponse from_up = client_response(std::move(up), version, keep_alive);
+      StringResponse from_up = client_response(std::move(up), version, keep_alive, false);
       StringResponse from_stored = client_response(201, stored, body, version, keep_alive);
       CHECK(wire(from_up) == wire(from_stored));
     }
   }
+}
+
+TEST_CASE("client_response: framing of answers without a body") {
+  // 204 (and 1xx): no length at all, whatever the upstream said.
+  StringResponse no_content{http::status::no_content, 11};
+  no_content.insert("Content-Length", "0");
+  no_content.insert("X-Id", "1");
+  StringResponse res = client_response(std::move(no_content), 11, true, false);
+  CHECK(wire(res) == "HTTP/1.1 204 No Content\r\nX-Id: 1\r\nVia: 1.1 idemgate\r\n\r\n");
+
+  // A HEAD's answer and a 304 keep the upstream's length (the GET's
+  // representation) and send no body.
+  for (auto status : {http::status::ok, http::status::not_modified}) {
+    StringResponse up{status, 11};
+    up.insert("Content-Length", "1234");
+    up.insert("ETag", "\"v1\"");
+    bool const head = status == http::status::ok;
+    StringResponse out = client_response(std::move(up), 11, true, head);
+    std::string const bytes = wire(out);
+    CHECK(out[http::field::content_length] == "1234");
+    CHECK(out.body().empty());
+    CHECK(bytes.find("\r\nContent-Length: 1234\r\n") != std::string::npos);
+    CHECK(bytes.ends_with("Via: 1.1 idemgate\r\n\r\n"));  // and nothing after the header
+  }
+
+  // The same 200 to a GET: its body's own length.
+  StringResponse get{http::status::ok, 11};
+  get.insert("Content-Length", "1234");
+  get.body() = "abc";
+  StringResponse out = client_response(std::move(get), 11, true, false);
+  CHECK(wire(out).ends_with("Content-Length: 3\r\n\r\nabc"));
 }
