@@ -22,6 +22,7 @@ class Category final : public boost::system::error_category {
       case errc::invalid_argument: return "invalid argument";
       case errc::storage_failure: return "storage failure";
       case errc::shutting_down: return "ledger shutting down";
+      case errc::queue_full: return "ledger queue full";
     }
     return "unknown ledger error";
   }

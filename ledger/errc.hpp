@@ -11,8 +11,9 @@
 namespace idemgate::ledger {
 
 enum class errc {
-  // The ledger cannot take the call now (queue full, database locked past its
-  // timeout). Nothing was written; the proxy answers 503 with Retry-After.
+  // The ledger cannot take the call now (the database locked or slow past
+  // its timeout). The statement that timed out wrote nothing; the proxy
+  // answers 503 with Retry-After.
   busy = 1,
   // The database cannot be reached or the connection broke mid-transaction.
   // Nothing is known to be written; the proxy answers 503 ledger_unavailable.
@@ -29,6 +30,11 @@ enum class errc {
   storage_failure,
   // The Ledger is shutting down; the call was never run.
   shutting_down,
+  // The Ledger's queue was full (LedgerOptions::queue_limit): the call was
+  // never run, so making it again cannot repeat anything of it. (busy may
+  // come from a statement the server cancelled after another transaction
+  // of the same call committed: not so.) The proxy waits for room.
+  queue_full,
 };
 
 const boost::system::error_category& ledger_category() noexcept;

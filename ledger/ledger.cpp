@@ -88,7 +88,7 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     if (stopping_) {
       why = errc::shutting_down;
     } else if (queue_.size() >= options_.queue_limit) {
-      why = errc::busy;
+      why = errc::queue_full;
     } else {
       // An outcome after its answer, on a lane of its own, waits a moment
       // for others to share its commit: at low load one statement and one
@@ -119,7 +119,7 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
     if (wake) ready_.notify_one();
     return true;
   }
-  if (why == errc::busy) stats_.busy_rejections.fetch_add(1, std::memory_order_relaxed);
+  if (why == errc::queue_full) stats_.busy_rejections.fetch_add(1, std::memory_order_relaxed);
   job->fail(why);
   return false;
 }

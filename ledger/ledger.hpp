@@ -1,6 +1,6 @@
 // The ledger as the proxy uses it: awaitable operations that never block the
 // caller's thread. Each call is queued (bounded: a full queue answers
-// errc::busy at once) to worker threads that own one Store each (PostgreSQL:
+// errc::queue_full at once) to worker threads that own one Store each (PostgreSQL:
 // a pool, one connection per worker; SQLite: one thread), and the result is
 // posted back to the awaiting coroutine's executor.
 //
@@ -41,7 +41,8 @@
 // own and run alone.
 //
 // Every call completes with a Result; errors to expect on the request path:
-// busy and unavailable (answer 503 ledger_unavailable, dispatch nothing),
+// queue_full, busy and unavailable (answer 503 ledger_unavailable, dispatch
+// nothing; the proxy waits a moment for room first on queue_full),
 // illegal_transition, not_found, shutting_down. The Ledger must outlive the
 // calls awaiting it.
 //
@@ -77,7 +78,7 @@ using Awaitable = boost::asio::awaitable<Result<T>>;
 
 struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
-  std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::busy
+  std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::queue_full
   std::size_t max_batch = 256;         // calls committed together (one transaction) at most
   // How long an outcome recorded after its answer waits for others to share
   // its commit, with two lanes (see take_batch); a batch of its lane that

@@ -82,12 +82,14 @@ Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapsho
       // The charge was refused or a live intent holds the fingerprint: the
       // rest (a read, or the batch's reservation) on a worker, counted as
       // this admission's call. The charge may be committed already: a
-      // refusal of the rest is not "nothing written" (busy, shutting_down)
+      // refusal of the rest is not "nothing written" (busy, queue_full,
+      // shutting_down)
       // but unavailable, as when a worker's second transaction fails.
       Order order{Order::reservations, {}, 0};
       auto op = [request, done = std::move(**first)](Store& s) { return s.finish_admission(request, done); };
       auto rest = co_await call<Admission>(std::move(order), std::move(op));
-      if (!rest && (rest.error() == errc::busy || rest.error() == errc::shutting_down))
+      if (!rest && (rest.error() == errc::busy || rest.error() == errc::queue_full ||
+                    rest.error() == errc::shutting_down))
         co_return Result<Admission>(errc::unavailable);
       co_return rest;
     }

@@ -5,6 +5,7 @@
 #include "policy/reason.hpp"
 #include "proxy/answers.hpp"
 #include "proxy/dispatch.hpp"
+#include "proxy/ledger_room.hpp"
 #include "proxy/read_tracker.hpp"
 #include "proxy/worker.hpp"
 
@@ -21,8 +22,8 @@ asio::awaitable<ForwardResult> run_read_path(Call& c) {
   policy::DecisionInput in;
   in.now = std::chrono::system_clock::now();
   in.missing_required = c.missing;
-  std::string run = c.run;
-  auto charge = co_await c.ledger.count_call(std::move(run), c.cfg.runs.budget, ledger::CallKind::read);
+  auto charge = co_await with_ledger_room(
+      [&] { return c.ledger.count_call(std::string(c.run), c.cfg.runs.budget, ledger::CallKind::read); });
   if (!charge) co_return co_await answer_ledger_down(c);
   apply_charge(c, *charge, in);
   std::string const key = c.run + "\n" + c.tool.name + "\n" + c.fp.hex;

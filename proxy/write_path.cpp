@@ -10,6 +10,7 @@
 #include "proxy/answers.hpp"
 #include "proxy/dispatch.hpp"
 #include "proxy/ids.hpp"
+#include "proxy/ledger_room.hpp"
 #include "proxy/log.hpp"
 #include "proxy/mcp_answer.hpp"
 #include "proxy/messages.hpp"
@@ -133,24 +134,29 @@ class WritePath {
   // dispatched at once, its first attempt: one ledger call, one durable
   // commit (shared with the other requests of its batch) before dispatch.
   asio::awaitable<bool> reserve() {
-    ledger::ReserveRequest rr;
-    rr.run = c_.run;
-    rr.tool = c_.tool.name;
-    rr.scope = c_.tool.fingerprint.scope == policy::FingerprintScope::run ? c_.run : std::string();
-    rr.fingerprint = c_.fp.hex;
     use_agent_key_ = c_.tool.idempotency.mode != policy::KeyMode::inject && !c_.agent_key.empty();
-    rr.key = use_agent_key_ ? c_.agent_key : mint_uuid_v4();
-    rr.agent_key = c_.agent_key;
-    rr.window = c_.tool.fingerprint.window;
-    rr.unknown_ttl = c_.tool.reconcile.ttl;
-    ledger::RequestSnapshot snap{std::string(c_.req.method_string()),
-                                 c_.target.scheme + "://" + c_.target.authority() + c_.target.origin_form,
-                                 headers_of(c_.req), c_.body};
-    ledger::AdmitRequest ar{std::move(rr), c_.cfg.runs.budget, std::nullopt};
-    auto fresh_verdict = verdict_if_fresh(ar.reserve.key);
-    if (fresh_verdict && fresh_verdict->kind == VerdictKind::dispatch)
-      ar.first_attempt = ledger::FirstAttempt{c_.tool.retry.bound + 1, attempt_lease(c_.cfg)};
-    auto admitted = co_await c_.ledger.admit(std::move(ar), std::move(snap));
+    std::optional<policy::Verdict> fresh_verdict;
+    // Built afresh for each try (a busy ledger wrote nothing of the last).
+    auto admit = [&] {
+      ledger::ReserveRequest rr;
+      rr.run = c_.run;
+      rr.tool = c_.tool.name;
+      rr.scope = c_.tool.fingerprint.scope == policy::FingerprintScope::run ? c_.run : std::string();
+      rr.fingerprint = c_.fp.hex;
+      rr.key = use_agent_key_ ? c_.agent_key : mint_uuid_v4();
+      rr.agent_key = c_.agent_key;
+      rr.window = c_.tool.fingerprint.window;
+      rr.unknown_ttl = c_.tool.reconcile.ttl;
+      ledger::RequestSnapshot snap{std::string(c_.req.method_string()),
+                                   c_.target.scheme + "://" + c_.target.authority() + c_.target.origin_form,
+                                   headers_of(c_.req), c_.body};
+      ledger::AdmitRequest ar{std::move(rr), c_.cfg.runs.budget, std::nullopt};
+      fresh_verdict = verdict_if_fresh(ar.reserve.key);
+      if (fresh_verdict && fresh_verdict->kind == VerdictKind::dispatch)
+        ar.first_attempt = ledger::FirstAttempt{c_.tool.retry.bound + 1, attempt_lease(c_.cfg)};
+      return c_.ledger.admit(std::move(ar), std::move(snap));
+    };
+    auto admitted = co_await with_ledger_room(admit);
     if (!admitted) co_return false;
     apply_charge(c_, admitted->charge, in_);
     auto* reservation = &admitted->reservation;

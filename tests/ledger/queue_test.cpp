@@ -29,7 +29,7 @@ TEST_CASE("unit: a full queue answers busy at once, without waiting for the work
 
     auto refused = loop.spawn(ledger->find_intent(4));
     REQUIRE(refused.wait_for(deadline) == std::future_status::ready);
-    CHECK(refused.get().error() == errc::busy);
+    CHECK(refused.get().error() == errc::queue_full);
     CHECK(running.wait_for(0s) == std::future_status::timeout);  // the worker is still stuck
     CHECK(ledger->stats().busy_rejections == 1);
 

@@ -1,0 +1,45 @@
+// Request-path ledger calls under a moment's backlog.
+#pragma once
+
+#include "ledger/errc.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+namespace idemgate::proxy {
+
+// How long a request waits for room in the ledger's queue before it is
+// refused (503 ledger_unavailable).
+inline constexpr std::chrono::milliseconds kLedgerRoomWait{1000};
+
+// Makes the ledger call `call()` and, while it is refused with
+// errc::queue_full (the queue was full: the call never ran), makes it again
+// after a short wait (1 ms, doubling to 50 ms) for up to kLedgerRoomWait
+// from the first try. A moment's backlog (a checkpoint, a burst of outcomes
+// ahead in the queue) then costs the agent latency, not a refusal; a ledger
+// that stays behind is still refused. Nothing else is tried again: busy may
+// follow a committed part of the same call (a lone admission's second
+// transaction, a step of a mixed batch). `call` builds each call afresh:
+// the last one consumed its arguments.
+template <class Call>
+auto with_ledger_room(Call call) -> decltype(call()) {
+  using namespace std::chrono_literals;
+  auto const end = std::chrono::steady_clock::now() + kLedgerRoomWait;
+  std::optional<boost::asio::steady_timer> timer;
+  for (auto step = 1ms;; step = std::min(step * 2, 50ms)) {
+    auto result = co_await call();
+    if (result || result.error() != ledger::errc::queue_full || std::chrono::steady_clock::now() + step > end)
+      co_return result;
+    if (!timer) timer.emplace(co_await boost::asio::this_coro::executor);
+    timer->expires_after(step);
+    co_await timer->async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+  }
+}
+
+}  // namespace idemgate::proxy
