@@ -48,6 +48,11 @@ void fill_idemgate_headers(Call& c, http::fields& f) {
   f.set("Idemgate-Tool", c.tool.name);
 }
 
+// A matched call's answer goes to this client.
+AnswerTo answer_to(const Call& c) {
+  return AnswerTo{c.version, c.keep_alive, c.req.method() == http::verb::head, true};
+}
+
 asio::awaitable<ForwardResult> write_response(Call& c, StringResponse& res, AnswerTail* tail = nullptr) {
   fill_idemgate_headers(c, res);
   bool const ok = co_await write_answer(c.client, res, tail, c.cfg, c.worker);
@@ -107,8 +112,7 @@ policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
 }
 
 asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
-  StringResponse res = client_response(std::move(answer.response), c.version, c.keep_alive,
-                                       c.req.method() == http::verb::head);
+  StringResponse res = client_response(std::move(answer.response), answer_to(c));
   co_return co_await write_response(c, res, answer.tail.get());
 }
 
@@ -142,7 +146,7 @@ asio::awaitable<ForwardResult> answer_replay(Call& c) {
   auto body = stored.body;
   if (c.is_mcp) shape_mcp_replay(headers, body, c.mcp.id, c.req["Mcp-Session-Id"]);
   else std::erase_if(headers, [](const auto& h) { return is_mcp_session_header(h.first); });
-  StringResponse res = client_response(stored.status, headers, std::move(body), c.version, c.keep_alive);
+  StringResponse res = client_response(stored.status, headers, std::move(body), answer_to(c));
   // The stored body was cut at ledger.response_cap: say so, never pass it
   // off as the whole answer.
   if (stored.truncated) res.set("Idemgate-Replay-Truncated", "true");

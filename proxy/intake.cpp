@@ -215,8 +215,8 @@ asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client, RequestPars
     co_await send_problem(client, p, req.version(), false, cfg.timeouts.client_header);
     co_return ForwardResult{false};
   }
-  StringResponse res = client_response(std::move(answer.response), req.version(), keep_alive,
-                                       req.method() == http::verb::head);
+  StringResponse res = client_response(
+      std::move(answer.response), AnswerTo{req.version(), keep_alive, req.method() == http::verb::head, false});
   bool const ok = co_await write_answer(client, res, answer.tail.get(), cfg, worker);
   co_return ForwardResult{ok && keep_alive};
 }

@@ -27,8 +27,8 @@ inline constexpr std::chrono::milliseconds kLedgerRoomWait{1000};
 // follow a committed part of the same call (a lone admission's second
 // transaction, a step of a mixed batch). `call` builds each call afresh:
 // the last one consumed its arguments.
-template <class Call>
-auto with_ledger_room(Call call) -> decltype(call()) {
+template <class MakeCall>
+auto with_ledger_room(MakeCall call) -> decltype(call()) {
   using namespace std::chrono_literals;
   auto const end = std::chrono::steady_clock::now() + kLedgerRoomWait;
   std::optional<boost::asio::steady_timer> timer;

@@ -25,21 +25,21 @@ StringRequest upstream_request(const http::request<http::buffer_body>& in, const
 
 namespace {
 
-// What every answer to the client gets: no hop-by-hop field, no Idemgate-*
-// field but the ones this hop sets afterwards (an upstream cannot speak for
-// idemgate), this hop in Via, the client's keep-alive, and framing of its
-// own. A 1xx or 204 carries no length and no body; a 304 and the answer to
+// What every answer to the client gets: no hop-by-hop field (on a guarded
+// call no Idemgate-* field either but the ones this hop sets afterwards: an
+// upstream cannot speak for idemgate), this hop in Via, the client's
+// keep-alive, and framing of its own. A 1xx or 204 carries no length and no body; a 304 and the answer to
 // a HEAD carry no body, and keep the upstream's Content-Length, which
 // describes the representation a GET would get; any other answer's length
 // is its body's.
-StringResponse finish_response(StringResponse res, std::string body, bool keep_alive, bool head) {
-  strip_hop_by_hop(res, true);
+StringResponse finish_response(StringResponse res, std::string body, const AnswerTo& to) {
+  strip_hop_by_hop(res, to.guarded);
   add_via(res, 11);
-  res.keep_alive(keep_alive);
+  res.keep_alive(to.keep_alive);
   auto const code = res.result_int();
   if (code / 100 == 1 || code == 204) {
     res.erase(http::field::content_length);
-  } else if (!head && code != 304) {
+  } else if (!to.head && code != 304) {
     res.body() = std::move(body);
     res.content_length(res.body().size());
   }
@@ -48,19 +48,18 @@ StringResponse finish_response(StringResponse res, std::string body, bool keep_a
 
 }  // namespace
 
-StringResponse client_response(int status, const ledger::Headers& headers, std::string body, unsigned version,
-                               bool keep_alive) {
-  StringResponse res{static_cast<http::status>(status), version};
+StringResponse client_response(int status, const ledger::Headers& headers, std::string body, const AnswerTo& to) {
+  StringResponse res{static_cast<http::status>(status), to.version};
   for (auto const& [name, value] : headers) res.insert(name, value);
-  return finish_response(std::move(res), std::move(body), keep_alive, false);
+  return finish_response(std::move(res), std::move(body), to);
 }
 
-StringResponse client_response(StringResponse&& upstream, unsigned version, bool keep_alive, bool head) {
+StringResponse client_response(StringResponse&& upstream, const AnswerTo& to) {
   StringResponse res;
   res.base() = std::move(upstream.base());
-  res.version(version);
+  res.version(to.version);
   res.reason({});  // the status's own text, as for a stored answer
-  return finish_response(std::move(res), std::move(upstream.body()), keep_alive, head);
+  return finish_response(std::move(res), std::move(upstream.body()), to);
 }
 
 ledger::Headers headers_of(const http::fields& f) {

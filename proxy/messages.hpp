@@ -16,13 +16,21 @@ namespace idemgate::proxy {
 StringRequest upstream_request(const boost::beast::http::request<boost::beast::http::buffer_body>& in,
                                const Target& target, std::string body, bool guarded);
 
-// The answer the client sees for an upstream answer or a stored one (see
+// Who an answer goes to: the client's version and keep-alive, whether it
+// asked with HEAD, and whether the call was guarded (matched a tool).
+struct AnswerTo {
+  unsigned version = 11;
+  bool keep_alive = true;
+  bool head = false;
+  bool guarded = true;
+};
+
+// The answer the client sees for a stored answer or an upstream one (see
 // finish_response in messages.cpp for its framing and fields).
-StringResponse client_response(int status, const ledger::Headers& headers, std::string body, unsigned version,
-                               bool keep_alive);
+StringResponse client_response(int status, const ledger::Headers& headers, std::string body, const AnswerTo& to);
 // The same from an upstream answer, taken over whole (its header and body
-// are moved, not copied); `head`: the answer to a HEAD request.
-StringResponse client_response(StringResponse&& upstream, unsigned version, bool keep_alive, bool head);
+// are moved, not copied).
+StringResponse client_response(StringResponse&& upstream, const AnswerTo& to);
 
 ledger::Headers headers_of(const boost::beast::http::fields& fields);
 

@@ -327,7 +327,7 @@ class WritePath {
   asio::awaitable<std::optional<bool>> begin_attempt() {
     ledger::AttemptRequest r{c_.intent->id, c_.intent->state, c_.intent->attempts, c_.tool.retry.bound + 1,
                              attempt_lease(c_.cfg)};
-    auto start = co_await c_.ledger.begin_attempt(r);
+    auto start = co_await with_ledger_room([&] { return c_.ledger.begin_attempt(r); });
     if (!start) co_return std::nullopt;
     from_unknown_ = c_.intent->state == ledger::IntentState::unknown;
     c_.intent = std::move(start->intent);

@@ -52,7 +52,7 @@ StringResponse upstream_answer() {
 }  // namespace
 
 TEST_CASE("client_response: an upstream answer taken over whole") {
-  StringResponse res = client_response(upstream_answer(), 10, false, false);
+  StringResponse res = client_response(upstream_answer(), AnswerTo{10, false, false, true});
   std::string const bytes = wire(res);
   // The client's version, the status's own text (not the upstream's
   // reason), no hop-by-hop field, no Idemgate-* field from upstream, this
@@ -67,7 +67,7 @@ TEST_CASE("client_response: an upstream answer taken over whole") {
         "\r\n"
         R"({"id":"ch_1"})");
 
-  StringResponse kept = client_response(upstream_answer(), 11, true, false);
+  StringResponse kept = client_response(upstream_answer(), AnswerTo{11, true, false, true});
   CHECK(kept.keep_alive());
   CHECK(wire(kept).starts_with("HTTP/1.1 201 Created\r\n"));
 }
@@ -78,8 +78,8 @@ TEST_CASE("client_response: a stored answer and the same upstream answer give th
       StringResponse up = upstream_answer();
       ledger::Headers stored = headers_of(up);
       std::string body = up.body();
-      StringResponse from_up = client_response(std::move(up), version, keep_alive, false);
-      StringResponse from_stored = client_response(201, stored, body, version, keep_alive);
+      StringResponse from_up = client_response(std::move(up), AnswerTo{version, keep_alive, false, true});
+      StringResponse from_stored = client_response(201, stored, body, AnswerTo{version, keep_alive, false, true});
       CHECK(wire(from_up) == wire(from_stored));
     }
   }
@@ -90,7 +90,7 @@ TEST_CASE("client_response: framing of answers without a body") {
   StringResponse no_content{http::status::no_content, 11};
   no_content.insert("Content-Length", "0");
   no_content.insert("X-Id", "1");
-  StringResponse res = client_response(std::move(no_content), 11, true, false);
+  StringResponse res = client_response(std::move(no_content), AnswerTo{11, true, false, true});
   CHECK(wire(res) == "HTTP/1.1 204 No Content\r\nX-Id: 1\r\nVia: 1.1 idemgate\r\n\r\n");
 
   // A HEAD's answer and a 304 keep the upstream's length (the GET's
@@ -100,7 +100,7 @@ TEST_CASE("client_response: framing of answers without a body") {
     up.insert("Content-Length", "1234");
     up.insert("ETag", "\"v1\"");
     bool const head = status == http::status::ok;
-    StringResponse out = client_response(std::move(up), 11, true, head);
+    StringResponse out = client_response(std::move(up), AnswerTo{11, true, head, true});
     std::string const bytes = wire(out);
     CHECK(out[http::field::content_length] == "1234");
     CHECK(out.body().empty());
@@ -112,6 +112,21 @@ TEST_CASE("client_response: framing of answers without a body") {
   StringResponse get{http::status::ok, 11};
   get.insert("Content-Length", "1234");
   get.body() = "abc";
-  StringResponse out = client_response(std::move(get), 11, true, false);
+  StringResponse out = client_response(std::move(get), AnswerTo{11, true, false, true});
   CHECK(wire(out).ends_with("Content-Length: 3\r\n\r\nabc"));
+}
+
+TEST_CASE("client_response: a stored answer replayed to a HEAD keeps its length") {
+  ledger::Headers stored{{"Content-Type", "application/json"}, {"Content-Length", "42"}};
+  StringResponse res = client_response(200, stored, "", AnswerTo{11, true, true, true});
+  CHECK(res[http::field::content_length] == "42");
+  CHECK(res.body().empty());
+}
+
+TEST_CASE("client_response: an unguarded buffered answer keeps the upstream's Idemgate-* fields") {
+  // As the streamed pass-through path does: idemgate claims nothing there.
+  StringResponse res = client_response(upstream_answer(), AnswerTo{11, true, false, false});
+  CHECK(res["Idemgate-Key"] == "not-the-upstreams-to-say");
+  StringResponse guarded = client_response(upstream_answer(), AnswerTo{11, true, false, true});
+  CHECK(guarded.count("Idemgate-Key") == 0);
 }
