@@ -10,6 +10,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/assert.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
@@ -51,17 +52,15 @@ void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
 // A whole message with its body in memory, as Beast's serializer would
 // write it: the header rendered into `head`, then header and body in one
 // write that does not suspend when the socket takes it all (most requests
-// and answers). A chunked one goes through the serializer. Gives the error
-// and the bytes written, as async_write would.
+// and answers). Never chunked: both messages lost Transfer-Encoding with the
+// hop-by-hop fields and carry their body's length. Gives the error and the
+// bytes written, as async_write would.
 template <bool isRequest>
 asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStream& out,
                                                                        http::message<isRequest, http::string_body>& m,
                                                                        std::string& head,
                                                                        std::chrono::milliseconds idle) {
-  if (m.chunked()) {
-    out.expires_after(idle);
-    co_return co_await http::async_write(out, m, use_tuple);
-  }
+  BOOST_ASSERT(!m.chunked());
   render_head(m.base(), head);
   WholeWrite w(out, head, asio::buffer(m.body()));
   std::size_t written = w.written;

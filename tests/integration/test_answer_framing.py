@@ -1,60 +1,21 @@
 """The answer to a matched (guarded) request, on the wire: its framing is
 idemgate's own (a HEAD's answer keeps the upstream's length and has no body,
 a 204 has no length) and an upstream's own Idemgate-* headers never reach
-the agent. A scripted upstream sends exactly the bytes each test names."""
+the agent. The upstream sends exactly the bytes each test names."""
 import http.client
 import os
-import socket
 import sys
-import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import BASE_CONFIG, Proxy  # noqa: E402
-
-
-class ScriptedUpstream:
-    """Reads one request header (and no body) at a time and answers each
-    with `answer`, on every connection; keeps the request lines."""
-
-    def __init__(self):
-        self.answer = b""
-        self.requests = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.closed = False
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        while not self.closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
-
-    def serve(self, conn):  # one scripted answer a request header
-        with conn:
-            data = b""
-            while True:
-                part = conn.recv(65536)
-                if not part:
-                    return
-                data += part
-                while b"\r\n\r\n" in data:
-                    head, _, data = data.partition(b"\r\n\r\n")
-                    self.requests.append(head.split(b"\r\n")[0])
-                    conn.sendall(self.answer)
-
-    def close(self):
-        self.closed = True
-        self.sock.close()
+from upstream import PiecemealUpstream  # noqa: E402
 
 
 class AnswerFramingTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.upstream = ScriptedUpstream()
+        cls.upstream = PiecemealUpstream()
         config = BASE_CONFIG + """tools:
   - name: things.read
     match: {{ host: 127.0.0.1, port: {port}, path: "/things/{{id}}" }}
@@ -68,7 +29,7 @@ class AnswerFramingTest(unittest.TestCase):
         cls.upstream.close()
 
     def request(self, method, answer):
-        self.upstream.answer = answer
+        self.upstream.pieces = [answer]
         conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=10)
         try:
             conn.request(method, "http://127.0.0.1:%d/things/1" % self.upstream.port)

@@ -17,7 +17,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(__file__))
 from admin_common import TOKEN, AdminProxy  # noqa: E402
 from harness import BASE_CONFIG, Proxy, wait_until  # noqa: E402
-from upstream import EchoServer, Upstream  # noqa: E402
+from upstream import EchoServer, PiecemealUpstream, Upstream  # noqa: E402
 
 
 def raw_exchange(port, data, timeout=10):
@@ -291,56 +291,6 @@ class ForwardTest(unittest.TestCase):
                     self.assertTrue(part, "tunnel closed early")
                     got += part
                 self.assertEqual(got, payload)
-
-
-class PiecemealUpstream:
-    """An upstream on 127.0.0.1:0 that answers each request with the bytes of
-    `pieces`, one send each, sending the next only once the proxy has read
-    the last (its socket's receive queue, in /proc/net/tcp, is empty): the
-    proxy reads each piece on its own."""
-
-    def __init__(self):
-        self.pieces = []
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _proxy_unread(self, proxy_port):
-        """Bytes waiting in the proxy's end of this connection, or None while it is not listed."""
-        with open("/proc/net/tcp") as table:
-            for line in table.readlines()[1:]:
-                fields = line.split()
-                local, remote = fields[1].split(":"), fields[2].split(":")
-                if int(local[1], 16) == proxy_port and int(remote[1], 16) == self.port:
-                    return int(fields[4].split(":")[1], 16)
-        return None
-
-    def _answer(self, conn):
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        proxy_port = conn.getpeername()[1]
-        buffered = b""
-        with conn:
-            while True:
-                while b"\r\n\r\n" not in buffered:
-                    part = conn.recv(65536)
-                    if not part:
-                        return
-                    buffered += part
-                buffered = buffered.partition(b"\r\n\r\n")[2]
-                for piece in self.pieces:
-                    conn.sendall(piece)
-                    wait_until(lambda: self._proxy_unread(proxy_port) == 0, what="the proxy reading a piece")
-
-    def close(self):
-        self.listener.close()
 
 
 class PiecemealAnswerTest(unittest.TestCase):

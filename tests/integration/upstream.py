@@ -22,6 +22,8 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 
+from harness import wait_until
+
 
 class Recorded:
     def __init__(self, method, path, headers, body_len, body_sha, body, conn_id):
@@ -221,6 +223,16 @@ class Upstream(ServerThread):
             raise AssertionError("the slow request never reached the upstream")
 
 
+def serve_connections(listener, handle):
+    """Accepts until `listener` is closed; each connection is handle(conn) on a thread of its own."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+
 class EchoServer:
     """A TCP echo server (for CONNECT tunnels)."""
 
@@ -239,12 +251,7 @@ class EchoServer:
         self._sock.close()
 
     def _serve(self):
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+        serve_connections(self._sock, self._echo)
 
     @staticmethod
     def _echo(conn):
@@ -254,3 +261,48 @@ class EchoServer:
                 if not data:
                     return
                 conn.sendall(data)
+
+
+class PiecemealUpstream:
+    """An upstream on 127.0.0.1:0 that answers each request with the bytes of
+    `pieces`, one send each, sending the next only once the proxy has read
+    the last (its socket's receive queue, in /proc/net/tcp, is empty): the
+    proxy reads each piece on its own."""
+
+    def __init__(self):
+        self.pieces = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        serve_connections(self.listener, self._answer)
+
+    def _proxy_unread(self, proxy_port):
+        """Bytes waiting in the proxy's end of this connection, or None while it is not listed."""
+        with open("/proc/net/tcp") as table:
+            for line in table.readlines()[1:]:
+                fields = line.split()
+                local, remote = fields[1].split(":"), fields[2].split(":")
+                if int(local[1], 16) == proxy_port and int(remote[1], 16) == self.port:
+                    return int(fields[4].split(":")[1], 16)
+        return None
+
+    def _answer(self, conn):
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        proxy_port = conn.getpeername()[1]
+        buffered = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    part = conn.recv(65536)
+                    if not part:
+                        return
+                    buffered += part
+                buffered = buffered.partition(b"\r\n\r\n")[2]
+                for piece in self.pieces:
+                    conn.sendall(piece)
+                    wait_until(lambda: self._proxy_unread(proxy_port) == 0, what="the proxy reading a piece")
+
+    def close(self):
+        self.listener.close()
