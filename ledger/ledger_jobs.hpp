@@ -176,9 +176,9 @@ class AdmitJob final : public Ledger::Job {
   void keep(Result<Reservation> result) override {
     reservation_.emplace(std::move(result));
     start_.reset();  // a batch run again (deadlock) keeps only its last results
+    begun_.reset();
     // Stored with its first attempt begun (the charge counted, see below).
-    if (*reservation_ && (*reservation_)->started)
-      start_.emplace(AttemptStart{AttemptOutcome::started, 1, (*reservation_)->intent});
+    if (*reservation_ && (*reservation_)->started) start_.emplace(FirstStart{AttemptOutcome::started, 1});
   }
   ChargeRequest* charge() noexcept override { return &charge_; }
   void keep_charge(Result<RunCharge> result) override {
@@ -200,7 +200,11 @@ class AdmitJob final : public Ledger::Job {
     return AttemptRequest{intent.id, intent.state, intent.attempts, request_.first_attempt->max_attempts,
                           request_.first_attempt->lease};
   }
-  void keep_start(Result<AttemptStart> result) override { start_.emplace(std::move(result)); }
+  void keep_start(Result<AttemptStart> result) override {
+    if (!result) return void(start_.emplace(result.error()));
+    start_.emplace(FirstStart{result->outcome, result->attempt});
+    begun_.emplace(std::move(result->intent));
+  }
   const AdmitRequest* admission() const noexcept override { return &request_; }
   void keep_admission(Result<Admission> result) override { whole_.emplace(std::move(result)); }
   void finish() override {
@@ -211,7 +215,8 @@ class AdmitJob final : public Ledger::Job {
     Admission admission{**charge_result_, std::move(**reservation_), std::nullopt};
     if (start_) {
       if (!*start_) return complete_(Result<Admission>(start_->error()));
-      admission.start = std::move(**start_);
+      admission.start = **start_;
+      if (begun_) admission.reservation.intent = std::move(*begun_);  // as begin_attempts left it
     }
     complete_(Result<Admission>(std::move(admission)));
   }
@@ -222,7 +227,8 @@ class AdmitJob final : public Ledger::Job {
   AdmitRequest request_;
   std::optional<Result<Reservation>> reservation_;
   std::optional<Result<RunCharge>> charge_result_;
-  std::optional<Result<AttemptStart>> start_;
+  std::optional<Result<FirstStart>> start_;
+  std::optional<Intent> begun_;  // the intent begin_attempts gave, if it ran
   std::optional<Result<Admission>> whole_;  // done by Store::admit_alone
   Completion<Admission, Handler> complete_;
 };

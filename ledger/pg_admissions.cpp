@@ -129,7 +129,7 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         auto intent = read_reserved(row);
         inserted.insert(intent.id);
         auto key = std::pair{intent.scope, intent.fingerprint};
-        rows[key] = std::move(intent);
+        rows.insert_or_assign(std::move(key), std::move(intent));
       }
     };
     auto conflicted = [&] {
@@ -292,7 +292,7 @@ Result<Admission> PgStore::finish_admission(const AdmitRequest& a, AdmitFirst fi
     admission.reservation = std::move(*reserved);
   }
   if (admission.reservation.started)
-    admission.start = AttemptStart{AttemptOutcome::started, 1, admission.reservation.intent};
+    admission.start = FirstStart{AttemptOutcome::started, 1};
   return Result<Admission>(std::move(admission));
 }
 

@@ -50,7 +50,7 @@ std::optional<Admission> whole_admission(AdmitFirst& first) {
   admission.charge = *first.counted;
   bool const started = first.inserted->state == IntentState::dispatched;
   admission.reservation = Reservation{ReserveOutcome::reserved, std::move(*first.inserted), started};
-  if (started) admission.start = AttemptStart{AttemptOutcome::started, 1, admission.reservation.intent};
+  if (started) admission.start = FirstStart{AttemptOutcome::started, 1};
   return admission;
 }
 

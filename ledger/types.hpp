@@ -215,13 +215,22 @@ struct AdmitRequest {
   std::optional<FirstAttempt> first_attempt;
 };
 
+// An admission's first attempt, when it was tried: whether it began, and
+// its number. The intent as it left it is the Admission's reservation's.
+struct FirstStart {
+  AttemptOutcome outcome = AttemptOutcome::started;
+  int attempt = 0;
+};
+
 struct Admission {
   RunCharge charge;
+  // Its intent is the one Intent an admission carries (a write's path moves
+  // it a dozen times): as the first attempt left it, when one was tried.
   Reservation reservation;
   // Set when the first attempt was tried (a fresh reservation, a counted
   // charge and first_attempt asked for); its outcome is started unless the
   // intent could not be begun after all.
-  std::optional<AttemptStart> start;
+  std::optional<FirstStart> start;
 };
 
 // What a lone admission's one statement (Store::admit_alone) did: the

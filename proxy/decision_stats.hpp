@@ -21,19 +21,37 @@ class DecisionStats {
   // only ever contended by a /metrics scrape.
   void count(std::string_view tool, std::string_view decision, std::string_view answer_class,
              std::string_view reason_code) {
-    Labels key{std::string(tool), std::string(decision), std::string(answer_class), std::string(reason_code)};
+    Views const labels{tool, decision, answer_class, reason_code};
     std::lock_guard lock(mutex_);
-    ++counts_[std::move(key)];
+    // Found by views: the labels are copied into strings once, when first seen.
+    if (auto found = counts_.find(labels); found != counts_.end()) {
+      ++found->second;
+      return;
+    }
+    counts_.emplace(Labels{std::string(tool), std::string(decision), std::string(answer_class),
+                           std::string(reason_code)},
+                    1);
   }
 
   std::map<Labels, std::uint64_t> snapshot() const {
     std::lock_guard lock(mutex_);
-    return counts_;
+    return {counts_.begin(), counts_.end()};
   }
 
  private:
+  using Views = std::array<std::string_view, 4>;
+  // Orders Labels and Views alike (as their strings, member by member).
+  struct Less {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      for (std::size_t i = 0; i < 4; ++i)
+        if (auto const c = std::string_view(a[i]).compare(std::string_view(b[i])); c != 0) return c < 0;
+      return false;
+    }
+  };
   mutable std::mutex mutex_;
-  std::map<Labels, std::uint64_t> counts_;
+  std::map<Labels, std::uint64_t, Less> counts_;
 };
 
 }  // namespace idemgate::proxy

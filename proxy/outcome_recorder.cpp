@@ -47,12 +47,12 @@ PendingTable& pending_table() {
 class PendingEntry {
  public:
   // `settled` with `response` (when there is one) as its stored answer.
-  PendingEntry(const ledger::Ledger& ledger, ledger::Intent settled, const std::optional<ledger::StoredResponse>& response)
+  PendingEntry(const ledger::Ledger& ledger, ledger::Intent&& settled, const std::optional<ledger::StoredResponse>& response)
       : key_{&ledger, settled.id} {
     if (response) settled.response = *response;
     auto& t = pending_table();
     std::lock_guard lock(t.mutex);
-    t.intents[key_] = std::move(settled);
+    t.intents.insert_or_assign(key_, std::move(settled));
   }
   PendingEntry(PendingEntry&& other) noexcept : key_(other.key_) { other.key_.first = nullptr; }
   PendingEntry(const PendingEntry&) = delete;
@@ -147,10 +147,16 @@ ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledge
   // Redacted once: the view shown now and the record written later.
   ledger.redact(outcome);
   auto settled = settled_view(std::move(before), outcome);
-  PendingEntry entry(ledger, settled, outcome.response);
+  // The caller's view is a copy without the snapshot (a whole request body);
+  // the pending entry keeps the intent whole.
+  auto snapshot = std::move(settled.request_snapshot);
+  settled.request_snapshot.clear();
+  ledger::Intent shown = settled;
+  settled.request_snapshot = std::move(snapshot);
+  PendingEntry entry(ledger, std::move(settled), outcome.response);
   spawn_bounded(std::move(executor), "record_outcome",
                 keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));
-  return settled;
+  return shown;
 }
 
 std::optional<ledger::Intent> pending_outcome(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt) {

@@ -40,8 +40,9 @@ boost::asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Led
 
 // Hands `outcome` (of attempt `outcome.attempt` of `before`) to a background
 // record and returns the intent as it is once recorded, without the stored
-// answer (the caller has the answer itself; a retry that reaches this
-// process meanwhile finds it whole through pending_outcome).
+// answer (the caller has the answer itself) and without the request snapshot
+// (the escalation sweeper's, read from the ledger); a retry that reaches this
+// process meanwhile finds it whole through pending_outcome.
 ledger::Intent record_after_answer(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
                                    ledger::Outcome outcome, ledger::TimePoint keep_trying_until,
                                    ledger::Intent before);

@@ -167,11 +167,10 @@ class WritePath {
     // A key bound to another payload says nothing about this payload's
     // intent (the row returned is the other one): refuse on the key alone.
     in_.agent_key.bound_to_other_fingerprint = mismatch;
-    if (!mismatch && !admitted->start) c_.intent = std::move(reservation->intent);
+    if (!mismatch) c_.intent = std::move(reservation->intent);
     if (admitted->start) {
       // Begun only for this request's own reservation with a counted charge:
       // exactly the inputs verdict_if_fresh decided from.
-      c_.intent = std::move(admitted->start->intent);
       if (admitted->start->outcome == ledger::AttemptOutcome::started) {
         c_.attempt = admitted->start->attempt;
         c_.sent = true;

@@ -35,7 +35,7 @@ boost::asio::awaitable<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest r
   out.admission = co_await ledger.admit(std::move(request), std::move(snapshot));
   if (!out.admission || !out.admission->start || out.admission->start->outcome != AttemptOutcome::started)
     co_return out;
-  auto outcome = completed(out.admission->start->intent.id, out.admission->start->attempt);
+  auto outcome = completed(out.admission->reservation.intent.id, out.admission->start->attempt);
   out.outcome = co_await ledger.record_outcome(std::move(outcome));
   co_return out;
 }
@@ -60,8 +60,8 @@ LEDGER_CONFORMANCE(admit_one_commit, "admit: charge, reservation and first attem
   REQUIRE(a.start.has_value());
   CHECK(a.start->outcome == AttemptOutcome::started);
   CHECK(a.start->attempt == 1);
-  CHECK(a.start->intent.state == IntentState::dispatched);
-  CHECK(a.start->intent.lease_until.has_value());
+  CHECK(a.reservation.intent.state == IntentState::dispatched);
+  CHECK(a.reservation.intent.lease_until.has_value());
   // The intent as stored, its request snapshot too (PostgreSQL's lone
   // admission does not read it back: it is the one the request gave).
   CHECK(a.reservation.intent.request_snapshot + "\n" ==
@@ -434,7 +434,7 @@ LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions re
     auto stored = run(ledger->find_intent(a->reservation.intent.id));
     REQUIRE(stored.has_value());
     expect_as_stored(a->reservation.intent, *stored);
-    expect_as_stored(a->start->intent, *stored);
+    expect_as_stored(a->reservation.intent, *stored);
   }
   CHECK(started == 24);
   MESSAGE(backend.name() << ": " << ledger->stats().reserve_batches.load() << " reservation transactions for 48 calls");

@@ -216,7 +216,7 @@ TEST_CASE("unit: an admission runs its charge first, then its reservation, which
   REQUIRE(a->start.has_value());
   CHECK(a->start->outcome == AttemptOutcome::started);
   CHECK(a->start->attempt == 1);
-  CHECK(a->start->intent.state == IntentState::dispatched);
+  CHECK(a->reservation.intent.state == IntentState::dispatched);
   CHECK(outcome_9.get().has_value());
   CHECK(charge_a.get().has_value());
   auto transactions = gate.transactions();
