@@ -79,7 +79,7 @@ class Completion {
   void operator()(Result<T>&& result) {
     if (result.has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
     stats_.latency.observe(std::chrono::steady_clock::now() - start_);
-    // Boxed: a Result holds an Intent or two (dozens of members), moved once
+    // Boxed: a Result holds an Intent (dozens of members), moved once
     // here; post's wrappers then move a pointer, not the Result. Boxed before
     // the handler is taken: an allocation that fails leaves it in place.
     auto boxed = std::make_unique<Result<T>>(std::move(result));
