@@ -191,7 +191,10 @@ class AdmitJob final : public Ledger::Job {
       request_.reserve.start = ReserveRequest::Start{request_.first_attempt->lease, request_.first_attempt->replica};
   }
   std::optional<AttemptRequest> first_attempt() override {
-    if (!request_.first_attempt || !reservation_ || !*reservation_ || !charge_result_ || !*charge_result_)
+    // No attempt asked for (max_attempts 0): none tried, as in keep_charge
+    // and a lone admission.
+    if (!request_.first_attempt || request_.first_attempt->max_attempts <= 0 || !reservation_ || !*reservation_ ||
+        !charge_result_ || !*charge_result_)
       return std::nullopt;
     if ((*reservation_)->started) return std::nullopt;  // begun with the reservation
     if ((*reservation_)->outcome != ReserveOutcome::reserved || (*charge_result_)->outcome != ChargeOutcome::counted)

@@ -434,7 +434,6 @@ LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions re
     auto stored = run(ledger->find_intent(a->reservation.intent.id));
     REQUIRE(stored.has_value());
     expect_as_stored(a->reservation.intent, *stored);
-    expect_as_stored(a->reservation.intent, *stored);
   }
   CHECK(started == 24);
   MESSAGE(backend.name() << ": " << ledger->stats().reserve_batches.load() << " reservation transactions for 48 calls");

@@ -52,6 +52,15 @@ class GatedStore final : public Store {
     batch_error_ = why;
   }
 
+  // From now on a reservation's start is ignored (the row stored without its
+  // attempt begun, as a store that cannot do both in one statement), and
+  // begin_attempt begins attempt 1 of the intent it is given, as Store does
+  // (key "begun-ID"): the Ledger's own begin_attempts step is taken instead.
+  void begin_apart() {
+    std::lock_guard lock(mutex_);
+    begin_apart_ = true;
+  }
+
   // The Durability each Store::batch() was asked for, in order.
   std::vector<Durability> durabilities() {
     std::lock_guard lock(mutex_);
@@ -83,7 +92,7 @@ class GatedStore final : public Store {
       Reservation reservation;
       reservation.intent.key = request.key;
       // As a real store: a fresh row stored with its first attempt begun.
-      reservation.started = request.start.has_value();
+      reservation.started = request.start.has_value() && !begin_apart_;
       if (reservation.started) {
         reservation.intent.state = IntentState::dispatched;
         reservation.intent.attempts = 1;
@@ -102,7 +111,14 @@ class GatedStore final : public Store {
   }
   Result<AttemptStart> begin_attempt(const AttemptRequest& r, const std::string&) override {
     enter("begin_attempt " + std::to_string(r.intent_id));
-    return AttemptStart{};
+    std::lock_guard lock(mutex_);
+    if (!begin_apart_) return AttemptStart{};
+    Intent begun;
+    begun.id = r.intent_id;
+    begun.key = "begun-" + std::to_string(r.intent_id);
+    begun.state = IntentState::dispatched;
+    begun.attempts = r.expected_attempts + 1;
+    return AttemptStart{AttemptOutcome::started, begun.attempts, std::move(begun)};
   }
   Result<Intent> record_outcome(const Outcome& o) override {
     enter("record_outcome " + std::to_string(o.intent_id));
@@ -151,6 +167,7 @@ class GatedStore final : public Store {
   std::vector<std::vector<std::string>> transactions_;
   std::vector<Durability> durabilities_;
   bool in_batch_ = false;
+  bool begin_apart_ = false;
   boost::system::error_code batch_error_;
 };
 

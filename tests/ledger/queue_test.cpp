@@ -192,6 +192,31 @@ TEST_CASE("unit: one writer: locking calls wait for its commit and go together; 
   }
 }
 
+TEST_CASE("unit: an admission whose reservation did not begin its attempt carries the intent begin_attempts gave") {
+  GatedLedger gated;
+  auto& gate = *gated.gate;
+  auto& ledger = gated.ledger;
+  gate.begin_apart();
+  gate.release();
+  Loop loop;
+  AdmitRequest admit{reserve_request("fp-1", "k-1", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
+  auto a = loop.spawn(ledger->admit(admit, {})).get();
+  REQUIRE(a.has_value());
+  CHECK(a->charge.outcome == ChargeOutcome::counted);
+  REQUIRE(a->start.has_value());
+  CHECK(a->start->outcome == AttemptOutcome::started);
+  CHECK(a->start->attempt == 1);
+  // The one intent the admission carries is begin_attempt's, not the
+  // reservation's row as it was before the attempt began.
+  CHECK(a->reservation.intent.key == "begun-0");
+  CHECK(a->reservation.intent.state == IntentState::dispatched);
+  CHECK(a->reservation.intent.attempts == 1);
+  auto transactions = gate.transactions();
+  REQUIRE(transactions.size() == 1);
+  CHECK(transactions[0] ==
+        std::vector<std::string>{"count_call run-b", "reserve_intents start replica", "begin_attempt 0"});
+}
+
 TEST_CASE("unit: an admission runs its charge first, then its reservation, which begins the attempt when counted") {
   GatedLedger gated;
   auto& gate = *gated.gate;

@@ -104,7 +104,8 @@ TEST_CASE("record_after_answer: the caller's view is light, the pending entry wh
     CHECK(pending->response->body == R"({"id":"ch_1"})");
     CHECK(pending->request_snapshot.find("api.example.test") != std::string::npos);
 
-    // The record lands; the ledger holds the snapshot and the answer.
+    // The record lands with the answer (and leaves the snapshot, written
+    // at admission, as it was).
     CHECK(co_await idemgate::proxy::outcome_landed(l, id, attempt, 10s));
     CHECK_FALSE(idemgate::proxy::pending_outcome(l, id, attempt).has_value());
     auto stored = co_await l.find_intent(id);
