@@ -12,6 +12,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -20,7 +21,9 @@ namespace {
 
 // Each field is length-prefixed so no two different inputs share a text.
 void append_field(std::string& out, std::string_view field) {
-  out += std::to_string(field.size());
+  char length[20];
+  auto const end = std::to_chars(length, length + sizeof length, field.size()).ptr;
+  out.append(length, end);
   out += ':';
   out += field;
   out += '\n';
@@ -220,7 +223,10 @@ std::vector<std::string> missing_required(const Tool& tool, const boost::json::v
 Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcept {
   Fingerprint result;
   try {
-    std::string material = "idemgate-fingerprint-v3\n";
+    std::string material;
+    // Room for what is appended below in most requests: one growth at most.
+    material.reserve(512 + input.target.size() + input.body.size());
+    material = "idemgate-fingerprint-v3\n";
     append_field(material, tool.name);
     append_field(material, input.method);
     append_field(material, canonical_target(input, tool));

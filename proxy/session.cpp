@@ -248,7 +248,7 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
   policy::Tool const* tool = matched.tool;
   ForwardResult r;
   if (matched.ambiguous_write) {
-    Problem const p = ambiguous_spelling(req.method_string(), target->scheme + "://" + target->authority() + target->origin_form,
+    Problem const p = ambiguous_spelling(req.method_string(), target->url(),
                                          matched.ambiguous_path, matched.ambiguous_write->name);
     co_await write_problem(cfg, p, version);
     co_return false;

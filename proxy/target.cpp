@@ -23,16 +23,30 @@ void append_port(std::string& out, std::uint16_t port) {
 
 }  // namespace
 
-std::string Target::authority() const {
+void Target::append_authority(std::string& out) const {
   bool const v6 = host.find(':') != std::string::npos;
   bool const default_port = (scheme == "http" && port == 80) || (scheme == "https" && port == 443);
+  if (v6) out += '[';
+  out += host;
+  if (v6) out += ']';
+  if (!default_port) append_port(out, port);
+}
+
+std::string Target::authority() const {
   std::string a;
   a.reserve(host.size() + 8);
-  if (v6) a += '[';
-  a += host;
-  if (v6) a += ']';
-  if (!default_port) append_port(a, port);
+  append_authority(a);
   return a;
+}
+
+std::string Target::url() const {
+  std::string u;
+  u.reserve(scheme.size() + 3 + host.size() + 8 + origin_form.size());
+  u += scheme;
+  u += "://";
+  append_authority(u);
+  u += origin_form;
+  return u;
 }
 
 std::string Target::pool_key() const {

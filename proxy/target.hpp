@@ -18,6 +18,8 @@ struct Target {
   bool host_is_ip = false;
 
   std::string authority() const;  // host[:port] as a Host header (default port dropped)
+  void append_authority(std::string& out) const;
+  std::string url() const;        // "scheme://" authority() origin_form, in one allocation
   std::string pool_key() const;   // "scheme://host:port"
 };
 

@@ -148,7 +148,7 @@ class WritePath {
       rr.window = c_.tool.fingerprint.window;
       rr.unknown_ttl = c_.tool.reconcile.ttl;
       ledger::RequestSnapshot snap{std::string(c_.req.method_string()),
-                                   c_.target.scheme + "://" + c_.target.authority() + c_.target.origin_form,
+                                   c_.target.url(),
                                    headers_of(c_.req), c_.body};
       ledger::AdmitRequest ar{std::move(rr), c_.cfg.runs.budget, std::nullopt};
       fresh_verdict = verdict_if_fresh(ar.reserve.key);
