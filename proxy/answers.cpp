@@ -4,6 +4,7 @@
 #include "ledger/ledger.hpp"
 #include "policy/headers.hpp"
 #include "policy/reason.hpp"
+#include "proxy/ledger_room.hpp"
 #include "proxy/log.hpp"
 #include "proxy/mcp_answer.hpp"
 #include "proxy/messages.hpp"
@@ -211,7 +212,7 @@ asio::awaitable<ForwardResult> answer_refusal(Call& c, const policy::Verdict& v)
     if (c.intent) er.intent_id = c.intent->id;
     er.reason_code = c.reason_code;
     er.package_json = problem_json(p);
-    auto id = co_await c.ledger.persist_escalation(er);
+    auto id = co_await with_ledger_room([&] { return c.ledger.persist_escalation(er); });
     if (id) {
       x["escalation_id"] = *id;
     } else if (!c.sent) {

@@ -185,9 +185,15 @@ class WritePath {
     co_return true;
   }
 
+  // The intent as the ledger holds it now (waiting out a full queue).
+  asio::awaitable<ledger::Result<ledger::Intent>> reread_intent() {
+    auto const id = c_.intent->id;
+    co_return co_await with_ledger_room([&] { return c_.ledger.find_intent(id); });
+  }
+
   asio::awaitable<std::optional<bool>> approved(std::int64_t intent_id) {
     std::optional<ledger::EscalationState> state = ledger::EscalationState::approved;
-    auto list = co_await c_.ledger.list_escalations(state, 1000);
+    auto list = co_await with_ledger_room([&] { return c_.ledger.list_escalations(state, 1000); });
     if (!list) co_return std::nullopt;
     for (auto const& e : *list)
       if (e.intent_id && *e.intent_id == intent_id) co_return true;
@@ -231,7 +237,7 @@ class WritePath {
       // In flight, or its outcome landed (and left the table) after the
       // ledger was read: outcomes have a writer of their own, so that read
       // may predate it. Read again; what landed is there now.
-      auto now = co_await c_.ledger.find_intent(c_.intent->id);
+      auto now = co_await reread_intent();
       if (!now) co_return false;
       c_.intent = std::move(*now);
       co_return true;
@@ -242,7 +248,7 @@ class WritePath {
     }
     if (!co_await outcome_landed(c_.ledger, c_.intent->id, c_.intent->attempts, c_.cfg.ledger.statement_timeout))
       co_return true;  // still not durable: the ledger's state (in flight) stands
-    auto now = co_await c_.ledger.find_intent(c_.intent->id);
+    auto now = co_await reread_intent();
     if (!now) co_return false;
     c_.intent = std::move(*now);
     co_return true;
@@ -265,7 +271,8 @@ class WritePath {
       // The count includes validation answers given but not durable yet.
       std::string run = c_.run, tool = c_.tool.name, cls = "validation";
       co_await run_outcomes_landed(c_.ledger, run, tool, cls, c_.cfg.ledger.statement_timeout);
-      auto n = co_await c_.ledger.count_intents(std::move(run), std::move(tool), std::move(cls), c_.intent->id);
+      auto const except = c_.intent->id;
+      auto n = co_await with_ledger_room([&] { return c_.ledger.count_intents(run, tool, cls, except); });
       if (!n) co_return std::nullopt;
       in_.validation_failures = static_cast<int>(*n);
     }
@@ -283,9 +290,9 @@ class WritePath {
     if (c_.intent && c_.intent->state == ledger::IntentState::retryable && !reconciled_) c_.decision = "held";
     if (c_.intent && c_.intent->state == ledger::IntentState::dispatched) ++rounds_;
     last_round_end_ = last_round_end_ ? last_round_end_ : std::optional(SysClock::now());
-    std::string run = c_.run;
-    auto run_op = c_.ledger.find_run(std::move(run));
-    auto intent_op = c_.ledger.find_intent(c_.intent->id);
+    auto const id = c_.intent->id;
+    auto run_op = with_ledger_room([&] { return c_.ledger.find_run(c_.run); });
+    auto intent_op = with_ledger_room([&] { return c_.ledger.find_intent(id); });
     auto [now_run, intent] = co_await (std::move(run_op) && std::move(intent_op));
     if (!now_run || !intent) co_return false;
     c_.intent = std::move(*intent);
@@ -308,13 +315,13 @@ class WritePath {
     // What the provider shows is the completion: recorded, then replayed.
     // Named locals only: GCC 12 destroys temporaries of a co_await expression twice.
     auto settled = found_outcome(c_.tool, c_.intent->id, result.found_json);
-    auto recorded = co_await c_.ledger.record_outcome(std::move(settled));
+    auto recorded = co_await with_ledger_room([&] { return c_.ledger.record_outcome(settled); });
     if (recorded) {
       c_.intent = std::move(*recorded);
       co_return true;
     }
     // Someone else settled it meanwhile (illegal_transition): read it again.
-    auto now = co_await c_.ledger.find_intent(c_.intent->id);
+    auto now = co_await reread_intent();
     if (!now) co_return false;
     c_.intent = std::move(*now);
     co_return true;
@@ -423,7 +430,7 @@ class WritePath {
         if (freezes) {
           std::string run = c_.run;
           std::string why = "tool '" + c_.tool.name + "' answered " + std::to_string(s.answer.response.result_int());
-          auto frozen = co_await c_.ledger.freeze_run(std::move(run), std::move(why));
+          auto frozen = co_await with_ledger_room([&] { return c_.ledger.freeze_run(run, why); });
           if (!frozen) log_event("ledger_freeze_failed", {{"run", c_.run}, {"error", frozen.error().message()}});
         }
         break;

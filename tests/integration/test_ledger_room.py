@@ -1,7 +1,8 @@
 """A moment's backlog in the ledger's queue costs latency, not a refusal:
 with ledger.queue_limit at 2, concurrent guarded writes and reads find the
 queue full, wait for room (up to a second) and all go through, each write
-sent upstream exactly once."""
+sent upstream exactly once; refusals past the run's budget still persist
+their escalation packages (not 503 ledger_unavailable)."""
 import http.client
 import json
 import os
@@ -75,6 +76,51 @@ class LedgerRoomTest(unittest.TestCase):
             with sqlite3.connect(os.path.join(proxy.dir, "ledger.db")) as db:
                 calls = db.execute("SELECT calls FROM runs WHERE run_id = 'room'").fetchone()[0]
             self.assertEqual(calls, 2 * CLIENTS * EACH)
+
+    def test_refusals_wait_for_room_too(self):
+        # A refusal's ledger calls (the run's intents for the package, the
+        # package itself, the refusal count) find the same full queue.
+        budget = 8
+        clients = 2 * CLIENTS  # more refusals at once: the queue is met more often
+        config = CONFIG.replace("ledger: {{", "runs: {{ budget: %d }}\nledger: {{" % budget, 1)
+        with Upstream() as up, Proxy(config.format(port=up.port)) as proxy:
+            answers = []
+            lock = threading.Lock()
+
+            def client(n):
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+                try:
+                    for i in range(EACH):
+                        body = json.dumps({"order": "%d-%d" % (n, i)})
+                        conn.request("POST", up.url("/orders"), body,
+                                     {"Content-Type": "application/json", "Idemgate-Run": "spent"})
+                        r = conn.getresponse()
+                        payload = r.read()
+                        with lock:
+                            answers.append((r.status, payload))
+                finally:
+                    conn.close()
+
+            threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(len(answers), clients * EACH)
+            ok = [a for a in answers if a[0] == 200]
+            refused = [json.loads(a[1]) for a in answers if a[0] == 403]
+            self.assertEqual(len(ok), budget, [a for a in answers if a[0] not in (200, 403)])
+            self.assertEqual(len(refused), clients * EACH - budget)
+            self.assertEqual({p["reason_code"] for p in refused}, {"budget_exhausted"})
+            # Every refusal's package was persisted on the request path.
+            self.assertTrue(all(isinstance(p.get("escalation_id"), int) for p in refused), refused)
+            self.assertEqual(len([r for r in up.requests if r.method == "POST"]), budget)
+            self.assertEqual(proxy.stop(), 0)
+            stopped = [l for l in proxy.log_lines() if l.get("event") == "stopped"][-1]
+            self.assertGreater(stopped["ledger_queue_full"], 0, stopped)
+            with sqlite3.connect(os.path.join(proxy.dir, "ledger.db")) as db:
+                packages = db.execute("SELECT count(*) FROM escalations WHERE reason_code = 'budget_exhausted'").fetchone()[0]
+            self.assertEqual(packages, clients * EACH - budget)
 
 
 if __name__ == "__main__":
