@@ -35,34 +35,49 @@ CLIENTS = 8
 EACH = 4
 
 
+def order(conn, up, run, n, i):
+    """POSTs client n's i-th order (a new intent) for `run`: (status, body)."""
+    body = json.dumps({"order": "%d-%d" % (n, i)})
+    conn.request("POST", up.url("/orders"), body, {"Content-Type": "application/json", "Idemgate-Run": run})
+    r = conn.getresponse()
+    return (r.status, r.read())
+
+
+def run_clients(proxy, count, calls):
+    """`count` clients at once, each on its own connection making calls(conn,
+    n, i) for i in range(EACH); every list those return, joined."""
+    results = []
+    lock = threading.Lock()
+
+    def client(n):
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        try:
+            for i in range(EACH):
+                got = calls(conn, n, i)
+                with lock:
+                    results.extend(got)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
 class LedgerRoomTest(unittest.TestCase):
     def test_a_full_queue_is_waited_out(self):
         with Upstream() as up, Proxy(CONFIG.format(port=up.port)) as proxy:
-            statuses = []
-            lock = threading.Lock()
+            def write_then_read(conn, n, i):
+                r = order(conn, up, "room", n, i)
+                conn.request("GET", up.url("/orders/%d" % i), headers={"Idemgate-Run": "room"})
+                g = conn.getresponse()
+                g.read()
+                return [r[0], g.status]
 
-            def client(n):
-                conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
-                try:
-                    for i in range(EACH):
-                        body = json.dumps({"order": "%d-%d" % (n, i)})
-                        conn.request("POST", up.url("/orders"), body,
-                                     {"Content-Type": "application/json", "Idemgate-Run": "room"})
-                        r = conn.getresponse()
-                        r.read()
-                        conn.request("GET", up.url("/orders/%d" % i), headers={"Idemgate-Run": "room"})
-                        g = conn.getresponse()
-                        g.read()
-                        with lock:
-                            statuses.extend([r.status, g.status])
-                finally:
-                    conn.close()
-
-            threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(CLIENTS)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            statuses = run_clients(proxy, CLIENTS, write_then_read)
             self.assertEqual(len(statuses), 2 * CLIENTS * EACH)
             self.assertEqual([s for s in statuses if s != 200], [])
             posts = [r for r in up.requests if r.method == "POST"]
@@ -78,34 +93,13 @@ class LedgerRoomTest(unittest.TestCase):
             self.assertEqual(calls, 2 * CLIENTS * EACH)
 
     def test_refusals_wait_for_room_too(self):
-        # A refusal's ledger calls (the run's intents for the package, the
-        # package itself, the refusal count) find the same full queue.
+        # A refusal's escalation package meets the same full queue, and
+        # waits for room as an admission does.
         budget = 8
         clients = 2 * CLIENTS  # more refusals at once: the queue is met more often
         config = CONFIG.replace("ledger: {{", "runs: {{ budget: %d }}\nledger: {{" % budget, 1)
         with Upstream() as up, Proxy(config.format(port=up.port)) as proxy:
-            answers = []
-            lock = threading.Lock()
-
-            def client(n):
-                conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
-                try:
-                    for i in range(EACH):
-                        body = json.dumps({"order": "%d-%d" % (n, i)})
-                        conn.request("POST", up.url("/orders"), body,
-                                     {"Content-Type": "application/json", "Idemgate-Run": "spent"})
-                        r = conn.getresponse()
-                        payload = r.read()
-                        with lock:
-                            answers.append((r.status, payload))
-                finally:
-                    conn.close()
-
-            threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            answers = run_clients(proxy, clients, lambda conn, n, i: [order(conn, up, "spent", n, i)])
             self.assertEqual(len(answers), clients * EACH)
             ok = [a for a in answers if a[0] == 200]
             refused = [json.loads(a[1]) for a in answers if a[0] == 403]
