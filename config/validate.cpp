@@ -30,6 +30,28 @@ std::optional<std::string> header_name_error(std::string_view name) {
   return "bad header name '" + std::string(name) + "'";
 }
 
+// An idempotency key header must reach the provider as the key: not a field
+// this hop writes itself (Host, Via, Content-Length, Accept-Encoding), drops
+// (hop-by-hop, Expect, Idemgate-*) or frames the message with.
+std::optional<std::string> key_header_error(std::string_view name) {
+  if (auto bad = header_name_error(name)) return bad;
+  static constexpr std::string_view taken[] = {
+      "host",       "via",        "content-length", "accept-encoding",     "transfer-encoding",
+      "connection", "keep-alive", "te",             "trailer",             "upgrade",
+      "expect",     "proxy-connection",             "proxy-authorization"};
+  // `name` starts with `lower`, a lowercase name, in any case.
+  auto const starts = [&](std::string_view lower) {
+    return name.size() >= lower.size() && std::equal(lower.begin(), lower.end(), name.begin(), [](char a, char b) {
+             return a == std::tolower(static_cast<unsigned char>(b));
+           });
+  };
+  auto const same = [&](std::string_view lower) { return lower.size() == name.size() && starts(lower); };
+  bool const idemgate = starts("idemgate-");
+  if (std::any_of(std::begin(taken), std::end(taken), same) || idemgate)
+    return "header '" + std::string(name) + "' cannot carry the key: idemgate writes or drops it on the way";
+  return std::nullopt;
+}
+
 std::optional<std::string> query_name_error(std::string_view name) {
   if (name.empty()) return "empty query parameter name";
   if (name.find_first_of("&=#? ") != std::string_view::npos)
@@ -183,7 +205,7 @@ class Checker {
 
     check_pattern_list(path + ".fingerprint.ignore", tool.fingerprint.ignore, policy::json_pointer_error);
     check_pattern_list(path + ".fingerprint.headers", tool.fingerprint.headers, header_name_error);
-    check_pattern(path + ".idempotency.header", tool.idempotency.header, header_name_error);
+    check_pattern(path + ".idempotency.header", tool.idempotency.header, key_header_error);
     if (!tool.should_retry_header.empty())
       check_pattern(path + ".should_retry_header", tool.should_retry_header, header_name_error);
     check_pattern_list(path + ".require", tool.require, policy::json_pointer_error);

@@ -10,6 +10,9 @@
 #include <boost/beast/http/parser.hpp>
 
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace http = boost::beast::http;
 using namespace idemgate::proxy;
@@ -66,7 +69,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   // An upstream's Keep-Alive header is read by the same rules.
   if (auto const t = keep_alive_timeout(req[http::field::keep_alive]); t && t->count() <= 0) std::abort();
+  // What a hop passes on, read without changing the fields, is what
+  // stripping leaves, in order.
+  std::vector<std::pair<std::string, std::string>> passed;
+  for (const auto* field : end_to_end_fields(req, true))
+    passed.emplace_back(std::string(field->name_string()), std::string(field->value()));
   strip_hop_by_hop(req, true);
+  std::size_t i = 0;
+  for (const auto& field : req) {
+    if (i >= passed.size() || passed[i].first != field.name_string() || passed[i].second != field.value()) std::abort();
+    ++i;
+  }
+  if (i != passed.size()) std::abort();
   for (const auto& field : req) {
     const auto name = field.name_string();
     if (name.size() >= 9 && (name.substr(0, 9) == "Idemgate-" || name.substr(0, 9) == "idemgate-")) std::abort();

@@ -57,8 +57,8 @@ std::chrono::milliseconds attempt_lease(const config::Config& cfg) {
 }
 
 asio::awaitable<Sent> send_upstream(Call& c, std::string_view key) {
-  StringRequest out = upstream_request(c.req, c.target, c.body, true);
-  if (!key.empty()) out.set(c.tool.idempotency.header, key);
+  auto const out = upstream_request(c.req, c.target, c.body, true,
+                                    key.empty() ? std::string_view() : std::string_view(c.tool.idempotency.header), key);
   Sent s;
   // Writes go out on a fresh connection or one whose Keep-Alive timeout is
   // far off, and are sent again after a stale one only when the provider

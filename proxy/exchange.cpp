@@ -49,20 +49,13 @@ void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
                                   : std::chrono::steady_clock::duration::zero();
 }
 
-// A whole message with its body in memory, as Beast's serializer would
-// write it: the header rendered into `head`, then header and body in one
-// write that does not suspend when the socket takes it all (most requests
-// and answers). Never chunked: both messages lost Transfer-Encoding with the
-// hop-by-hop fields and carry their body's length. Gives the error and the
-// bytes written, as async_write would.
-template <bool isRequest>
-asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStream& out,
-                                                                       http::message<isRequest, http::string_body>& m,
-                                                                       std::string& head,
+// A rendered header and its body in memory in one write that does not
+// suspend when the socket takes it all (most requests and answers). Gives
+// the error and the bytes written, as async_write would.
+asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStream& out, const std::string& head,
+                                                                       asio::const_buffer body,
                                                                        std::chrono::milliseconds idle) {
-  BOOST_ASSERT(!m.chunked());
-  render_head(m.base(), head);
-  WholeWrite w(out, head, asio::buffer(m.body()));
+  WholeWrite w(out, head, body);
   std::size_t written = w.written;
   if (!w.done) {
     auto [ec, n] = co_await w.write_rest(out, idle);
@@ -102,10 +95,11 @@ asio::awaitable<beast::error_code> read_body_prefix(UpstreamConnection& up, http
   co_return beast::error_code{};
 }
 
-asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const config::Config& cfg,
+asio::awaitable<Sent> send_once(const Target& target, const UpstreamRequest& req, const config::Config& cfg,
                                 const ExchangeOptions& options, std::unique_ptr<UpstreamConnection>& up,
                                 UpstreamAnswer& answer) {
-  auto [wec, written] = co_await write_whole(up->stream, req, up->head, cfg.timeouts.idle);
+  auto [wec, written] =
+      co_await write_whole(up->stream, req.head, asio::buffer(req.body.data(), req.body.size()), cfg.timeouts.idle);
   if (wec) {
     // Nothing written on a fresh connection: the request never left.
     answer.outcome = written == 0 && !answer.reused_connection ? TransportOutcome::connect_failed
@@ -121,7 +115,7 @@ asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const 
     auto& p = tail->parser.emplace();
     p.header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
     p.body_limit(boost::none);  // the buffer is bounded by read_body_prefix; the rest streams
-    if (req.method() == http::verb::head) p.skip(true);
+    if (req.method == http::verb::head) p.skip(true);
     auto [hec, hn] = co_await http::async_read_header(up->stream, up->buffer, p, use_tuple);
     beast::error_code ec = hec;
     bool const nothing_back = !p.got_some() && up->buffer.size() == 0;
@@ -173,15 +167,14 @@ asio::awaitable<Sent> send_once(const Target& target, StringRequest& req, const 
 
 }  // namespace
 
-asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& req, const config::Config& cfg,
-                                         Worker& worker, const ExchangeOptions& options) {
+asio::awaitable<UpstreamAnswer> exchange(const Target& target, const UpstreamRequest& req,
+                                         const config::Config& cfg, Worker& worker, const ExchangeOptions& options) {
   struct Timed {
     ledger::LatencyHistogram& histogram;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     ~Timed() { histogram.observe(std::chrono::steady_clock::now() - start); }
   } timed{worker.stats().upstream_latency};
   std::string const pool_key = target.pool_key();
-  req.prepare_payload();
   auto up = worker.pool().take(pool_key, options.reuse);
   for (int send = 0;; ++send) {
     UpstreamAnswer answer;
@@ -211,8 +204,12 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& re
 asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, AnswerTail* tail,
                                    const config::Config& cfg, Worker& worker) {
   if (!tail) {
+    // Never chunked: the answer lost Transfer-Encoding with the hop-by-hop
+    // fields and carries its body's length.
+    BOOST_ASSERT(!res.chunked());
     std::string head;
-    auto [ec, n] = co_await write_whole(client, res, head, cfg.timeouts.idle);
+    render_head(res.base(), head);
+    auto [ec, n] = co_await write_whole(client, head, asio::buffer(res.body()), cfg.timeouts.idle);
     co_return !ec && res.keep_alive();
   }
   client.expires_after(cfg.timeouts.idle);

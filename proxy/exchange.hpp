@@ -28,6 +28,14 @@ class Worker;
 using StringRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using StringResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
+// A request as exchange() sends it: its header rendered (request line,
+// fields, blank line) and its body, which must outlive the exchange.
+struct UpstreamRequest {
+  boost::beast::http::verb method = boost::beast::http::verb::get;  // a HEAD's answer has no body
+  std::string head;
+  std::string_view body;
+};
+
 // The unread rest of an answer larger than the buffer, with its connection.
 struct AnswerTail;
 
@@ -61,10 +69,11 @@ struct UpstreamAnswer {
   bool resent = false;  // the first send met a stale connection and was sent again
 };
 
-// Sends req (already in origin-form with Host set) to target and reads the
-// answer, bounded by the config's deadlines.
-boost::asio::awaitable<UpstreamAnswer> exchange(const Target& target, StringRequest& req, const config::Config& cfg,
-                                                Worker& worker, const ExchangeOptions& options);
+// Sends req (in origin-form with Host and its length set) to target and
+// reads the answer, bounded by the config's deadlines.
+boost::asio::awaitable<UpstreamAnswer> exchange(const Target& target, const UpstreamRequest& req,
+                                                const config::Config& cfg, Worker& worker,
+                                                const ExchangeOptions& options);
 
 // Writes res to the client, then the rest of the upstream body when tail is
 // set (res carries the first bytes; the framing is the upstream's length,

@@ -85,56 +85,78 @@ bool is_hop_by_hop(http::field name) {
   }
 }
 
+// The names a Connection or Proxy-Connection value lists, added to `names`
+// (views into `list`). Each element's leading token is a name, whatever
+// follows it in the element ("x-a x-b", "x-a;q=1" name x-a): never fewer
+// names than a strict reading of the list, which stops at the first bad
+// element.
+using ConnectionNames = boost::container::small_vector<std::string_view, 4>;
+void add_connection_names(ConnectionNames& names, std::string_view list) {
+  for (;;) {
+    auto const comma = list.find(',');
+    auto element = list.substr(0, comma);
+    while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
+    std::size_t length = 0;
+    while (length < element.size() && http::detail::is_token_char(element[length])) ++length;
+    if (length != 0) names.push_back(element.substr(0, length));
+    if (comma == std::string_view::npos) return;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+bool names_connection(http::field name) {
+  return name == http::field::connection || name == http::field::proxy_connection;
+}
+
+// Whether a hop drops the field: hop-by-hop, named by the message's
+// Connection, or (strip_idemgate) an Idemgate-* field.
+bool hop_drops(http::field name, std::string_view name_string, const ConnectionNames& names, bool strip_idemgate) {
+  auto const is_named = [&] {
+    return std::any_of(names.begin(), names.end(),
+                       [&](std::string_view n) { return boost::beast::iequals(n, name_string); });
+  };
+  return is_hop_by_hop(name) ||
+         (strip_idemgate && name_string.size() >= 9 && boost::beast::iequals(name_string.substr(0, 9), "idemgate-")) ||
+         (!names.empty() && is_named());
+}
+
 // Beast's fields and an AnswerHead alike: the same accessors, the same rule.
 template <class Fields>
 void strip_fields(Fields& f, bool strip_idemgate) {
-  // Headers named by Connection are hop-by-hop too. Two passes over the
-  // fields, no lookup by name: this runs on every message. Beast frees a
-  // field's bytes when it is erased, and the Connection field is erased
-  // before the fields after it are checked, so its names are copied first
-  // (usually into the string's own small buffer); an AnswerHead's values
-  // are views of bytes that outlive the erase, and are split in place.
+  // Two passes over the fields, no lookup by name: this runs on every
+  // message. Beast frees a field's bytes when it is erased, and the
+  // Connection field is erased before the fields after it are checked, so
+  // its names are copied first (usually into the string's own small
+  // buffer); an AnswerHead's values are views of bytes that outlive the
+  // erase, and are split in place.
   constexpr bool values_outlive_erase = std::is_same_v<Fields, AnswerHead>;
-  // Each element's leading token is a name, whatever follows it in the
-  // element ("x-a x-b", "x-a;q=1" name x-a): never fewer names than a
-  // strict reading of the list, which stops at the first bad element.
-  boost::container::small_vector<std::string_view, 4> names;
-  auto const add_names = [&names](std::string_view list) {
-    for (;;) {
-      auto const comma = list.find(',');
-      auto element = list.substr(0, comma);
-      while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
-      std::size_t length = 0;
-      while (length < element.size() && http::detail::is_token_char(element[length])) ++length;
-      if (length != 0) names.push_back(element.substr(0, length));
-      if (comma == std::string_view::npos) return;
-      list.remove_prefix(comma + 1);
-    }
-  };
+  ConnectionNames names;
   std::string named;
   for (auto const& field : f) {
-    if (field.name() != http::field::connection && field.name() != http::field::proxy_connection) continue;
+    if (!names_connection(field.name())) continue;
     if constexpr (values_outlive_erase) {
-      add_names(field.value());
+      add_connection_names(names, field.value());
     } else {
       named += field.value();
       named += ',';
     }
   }
-  if (!named.empty()) add_names(named);
-  auto const is_named = [&](std::string_view name) {
-    return std::any_of(names.begin(), names.end(), [&](std::string_view n) { return boost::beast::iequals(n, name); });
-  };
-  for (auto it = f.begin(); it != f.end();) {
-    auto const name = it->name_string();
-    bool const drop = is_hop_by_hop(it->name()) ||
-                      (strip_idemgate && name.size() >= 9 && boost::beast::iequals(name.substr(0, 9), "idemgate-")) ||
-                      (!names.empty() && is_named(name));
-    it = drop ? f.erase(it) : std::next(it);
-  }
+  if (!named.empty()) add_connection_names(names, named);
+  for (auto it = f.begin(); it != f.end();)
+    it = hop_drops(it->name(), it->name_string(), names, strip_idemgate) ? f.erase(it) : std::next(it);
 }
 
 }  // namespace
+
+EndToEndFields end_to_end_fields(const http::fields& f, bool strip_idemgate) {
+  ConnectionNames names;
+  for (auto const& field : f)
+    if (names_connection(field.name())) add_connection_names(names, field.value());
+  EndToEndFields kept;
+  for (auto const& field : f)
+    if (!hop_drops(field.name(), field.name_string(), names, strip_idemgate)) kept.push_back(&field);
+  return kept;
+}
 
 void strip_hop_by_hop(http::fields& f, bool strip_idemgate) { strip_fields(f, strip_idemgate); }
 
@@ -162,9 +184,6 @@ std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view value) {
   return std::nullopt;
 }
 
-namespace {
-
-// "1.1 idemgate" for version 11, in the caller's buffer.
 std::string_view via_hop(unsigned version, char (&hop)[13]) noexcept {
   std::memcpy(hop, "1.1 idemgate", sizeof hop);
   hop[0] = static_cast<char>('0' + version / 10 % 10);
@@ -172,36 +191,33 @@ std::string_view via_hop(unsigned version, char (&hop)[13]) noexcept {
   return std::string_view(hop, sizeof hop - 1);
 }
 
+namespace {
+
+// Every non-empty Via value of `f`, in order, each followed by ", ", then
+// this hop: one Via for all the hops (RFC 9110 7.6.3).
+template <class Fields>
+std::string joined_via(const Fields& f, unsigned version) {
+  std::string joined;
+  for (auto const& field : f)
+    if (field.name() == http::field::via && !field.value().empty()) {
+      joined += field.value();
+      joined += ", ";
+    }
+  char hop[13];
+  joined += via_hop(version, hop);
+  return joined;
+}
+
 }  // namespace
 
 void add_via(http::fields& f, unsigned version) {
-  char buffer[13];
-  std::string_view const mine = via_hop(version, buffer);
-  auto const existing = f.find(http::field::via);
-  if (existing == f.end() || existing->value().empty()) {
-    if (existing != f.end()) f.erase(existing);
-    f.insert(http::field::via, mine);
-    return;
-  }
-  std::string joined(existing->value());
-  joined += ", ";
-  joined += mine;
+  auto joined = joined_via(f, version);
   f.set(http::field::via, joined);
 }
 
 void add_via(AnswerHead& h, unsigned version) {
   // As for Beast's fields above.
-  char buffer[13];
-  std::string_view const mine = via_hop(version, buffer);
-  auto const existing = h.find(http::field::via);
-  if (existing == h.end() || existing->value().empty()) {
-    if (existing != h.end()) h.erase(existing);
-    h.append_copy(http::field::via, std::string(mine));
-    return;
-  }
-  std::string joined(existing->value());
-  joined += ", ";
-  joined += mine;
+  auto joined = joined_via(h, version);
   h.erase_all(http::field::via);
   h.append_copy(http::field::via, std::move(joined));
 }

@@ -8,6 +8,7 @@
 
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -48,12 +49,21 @@ bool acceptable_request_transfer_encoding(const boost::beast::http::fields&);
 void strip_hop_by_hop(boost::beast::http::fields&, bool strip_idemgate);
 void strip_hop_by_hop(AnswerHead&);
 
+// The fields of `f` that strip_hop_by_hop would keep, in order, without
+// changing `f` (pointers into it: valid while `f` is not changed).
+using EndToEndFields = boost::container::small_vector<const boost::beast::http::fields::value_type*, 16>;
+EndToEndFields end_to_end_fields(const boost::beast::http::fields& f, bool strip_idemgate);
+
 // The idle timeout an upstream announces in Keep-Alive ("timeout=5, max=100"),
 // or nullopt when the header does not say (RFC 9112 appendix C.2.2 keeps
 // the header in use though it is not standard).
 std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view keep_alive_value);
 
-// Appends this hop to Via ("1.1 idemgate").
+// This hop as Via names it ("1.1 idemgate" for version 11), in `hop`.
+std::string_view via_hop(unsigned version, char (&hop)[13]) noexcept;
+
+// Appends this hop to Via ("1.1 idemgate"): one Via field after the others,
+// every earlier hop in it.
 void add_via(boost::beast::http::fields&, unsigned version);
 void add_via(AnswerHead&, unsigned version);
 

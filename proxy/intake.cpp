@@ -206,7 +206,7 @@ asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client, RequestPars
                                                 std::string body, const config::Config& cfg, Worker& worker) {
   auto& req = parser.get();
   bool const keep_alive = req.keep_alive() && !worker.draining();
-  StringRequest out = upstream_request(req, target, std::move(body), false);
+  auto const out = upstream_request(req, target, body, false);
   ExchangeOptions options;
   options.answer_limit = cfg.limits.guarded_answer;
   auto answer = co_await exchange(target, out, cfg, worker, options);

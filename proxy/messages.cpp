@@ -1,25 +1,79 @@
 // Building guarded requests and answers (see messages.hpp).
 #include "proxy/messages.hpp"
 
+#include "proxy/http_rules.hpp"
+
+#include <algorithm>
+#include <charconv>
 #include <iterator>
 
 namespace idemgate::proxy {
 
 namespace http = boost::beast::http;
 
-StringRequest upstream_request(const http::request<http::buffer_body>& in, const Target& target, std::string body,
-                               bool guarded) {
-  StringRequest out{in.method(), target.origin_form, 11};
-  // By the parsed field as well as its spelling: no name lookup per field.
-  for (auto const& f : in) out.insert(f.name(), f.name_string(), f.value());
-  if (in.method() == http::verb::unknown) out.method_string(in.method_string());
-  strip_hop_by_hop(out, true);
-  out.erase(http::field::expect);
-  out.erase(http::field::content_length);
-  if (guarded) out.set(http::field::accept_encoding, "identity");
-  out.set(http::field::host, target.authority());
-  add_via(out, in.version());
-  out.body() = std::move(body);
+UpstreamRequest upstream_request(const http::request<http::buffer_body>& in, const Target& target,
+                                 std::string_view body, bool guarded, std::string_view key_field,
+                                 std::string_view key) {
+  // The client's fields a hop passes on, less those this hop writes itself.
+  auto kept = end_to_end_fields(in, true);
+  // Via: the hops before (every Via field passed on, in order), then this one.
+  std::string via;
+  for (auto const* f : kept)
+    if (f->name() == http::field::via && !f->value().empty()) {
+      via += f->value();
+      via += ", ";
+    }
+  char hop[13];
+  via += via_hop(in.version(), hop);
+  kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const http::fields::value_type* f) {
+    switch (f->name()) {
+      case http::field::expect:
+      case http::field::content_length:
+      case http::field::host:
+      case http::field::via:
+        return true;
+      case http::field::accept_encoding:
+        return guarded;
+      default:
+        return !key_field.empty() && boost::beast::iequals(f->name_string(), key_field);
+    }
+  }), kept.end());
+  // A length when there is a body, or when the method means to send one
+  // (as Beast's prepare_payload: OPTIONS, PUT and POST say 0).
+  auto const method = in.method();
+  bool const length =
+      !body.empty() || method == http::verb::options || method == http::verb::put || method == http::verb::post;
+  char digits[20];
+  std::string_view const size(digits, static_cast<std::size_t>(
+                                          std::to_chars(digits, digits + sizeof digits, body.size()).ptr - digits));
+
+  UpstreamRequest out{method, {}, body};
+  std::string_view const method_string = in.method_string();
+  std::size_t bytes = method_string.size() + 1 + target.origin_form.size() + 11 + 2;
+  for (auto const* f : kept) bytes += f->name_string().size() + 2 + f->value().size() + 2;
+  bytes += (guarded ? 27 : 0) + 6 + target.host.size() + 10 + 5 + via.size() + 2 + key_field.size() + 2 +
+           key.size() + 2 + 16 + size.size() + 2;
+  std::string& h = out.head;
+  h.reserve(bytes);
+  auto const field = [&h](std::string_view name, std::string_view value) {
+    h += name;
+    h += ": ";
+    h += value;
+    h += "\r\n";
+  };
+  h += method_string;
+  h += ' ';
+  h += target.origin_form;
+  h += " HTTP/1.1\r\n";
+  for (auto const* f : kept) field(f->name_string(), f->value());
+  if (guarded) field("Accept-Encoding", "identity");
+  h += "Host: ";
+  target.append_authority(h);
+  h += "\r\n";
+  field("Via", via);
+  if (!key_field.empty()) field(key_field, key);
+  if (length) field("Content-Length", size);
+  h += "\r\n";
   return out;
 }
 

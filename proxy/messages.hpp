@@ -9,12 +9,18 @@
 
 namespace idemgate::proxy {
 
-// The upstream request: the client's header minus hop-by-hop and Idemgate-*
-// headers, in origin-form, with the body in memory. A guarded request asks
-// for the identity encoding, so that receipts, redaction and replay always
-// see the plain answer.
-StringRequest upstream_request(const boost::beast::http::request<boost::beast::http::buffer_body>& in,
-                               const Target& target, std::string body, bool guarded);
+// The upstream request for the client's `in` with `body` (which must
+// outlive it), its header rendered straight from the client's fields (no
+// second set of Beast fields): in origin-form, HTTP/1.1, without the
+// hop-by-hop and Idemgate-* fields, Expect, Content-Length and Host; then
+// Host the target's, this hop in Via after every earlier one,
+// `key_field: key` when key_field is set (replacing the client's), and the
+// body's length (none for an empty body, but for OPTIONS, PUT and POST). A guarded request asks for the
+// identity encoding, so that receipts, redaction and replay always see the
+// plain answer.
+UpstreamRequest upstream_request(const boost::beast::http::request<boost::beast::http::buffer_body>& in,
+                                 const Target& target, std::string_view body, bool guarded,
+                                 std::string_view key_field = {}, std::string_view key = {});
 
 // Who an answer goes to: the client's version and keep-alive, whether it
 // asked with HEAD, and whether the call was guarded (matched a tool).

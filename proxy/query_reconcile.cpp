@@ -52,7 +52,10 @@ asio::awaitable<QueryResult> ask_provider(const Lookup& l, const config::Config&
   lookup.answer_budget = l.answer_budget;
   lookup.stream_rest = false;
   lookup.resend_if_stale = true;  // a lookup changes nothing
-  auto answer = co_await exchange(*qt, qr, cfg, worker, lookup);
+  qr.prepare_payload();
+  UpstreamRequest out{qr.method(), {}, qr.body()};
+  render_head(qr.base(), out.head);
+  auto answer = co_await exchange(*qt, out, cfg, worker, lookup);
   if (answer.outcome != policy::TransportOutcome::answered) co_return result;
   int const status = answer.response.result_int();
   auto const& body = answer.response.body();

@@ -287,6 +287,9 @@ std::optional<Problem> Session::check_request(const config::Config& cfg, const h
   if (!acceptable_request_transfer_encoding(req)) {
     return bad_request("Transfer-Encoding must be exactly 'chunked'");
   }
+  if (req.method() == http::verb::trace &&
+      (req.chunked() || (req.has_content_length() && req[http::field::content_length] != "0")))
+    return bad_request("a TRACE request carries no content (RFC 9110, section 9.3.8)");
   if (req.method() == http::verb::connect) {
     if (tunnel_origin_) return bad_request("CONNECT inside a CONNECT tunnel is not supported");
     target = parse_authority_target(req.target());
