@@ -236,6 +236,9 @@ class ForwardTest(unittest.TestCase):
             "te not chunked + cl": b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n"
                                    b"Content-Length: 5\r\n\r\nhello",
             "bare lf": b"GET " + url + b" HTTP/1.1\nHost: x\n\n",
+            # RFC 9110 9.3.8: a TRACE carries no content (or its bytes would be read as the next request).
+            "trace with content": b"TRACE " + url + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+            "trace chunked": b"TRACE " + url + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
         }
         for name, data in attempts.items():
             with self.subTest(name):
