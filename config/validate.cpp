@@ -4,6 +4,7 @@
 #include "config/validate.hpp"
 
 #include "policy/egress.hpp"
+#include "policy/headers.hpp"
 #include "policy/pattern.hpp"
 #include "policy/reconcile.hpp"
 
@@ -39,14 +40,8 @@ std::optional<std::string> key_header_error(std::string_view name) {
       "host",       "via",        "content-length", "accept-encoding",     "transfer-encoding",
       "connection", "keep-alive", "te",             "trailer",             "upgrade",
       "expect",     "proxy-connection",             "proxy-authorization"};
-  // `name` starts with `lower`, a lowercase name, in any case.
-  auto const starts = [&](std::string_view lower) {
-    return name.size() >= lower.size() && std::equal(lower.begin(), lower.end(), name.begin(), [](char a, char b) {
-             return a == std::tolower(static_cast<unsigned char>(b));
-           });
-  };
-  auto const same = [&](std::string_view lower) { return lower.size() == name.size() && starts(lower); };
-  bool const idemgate = starts("idemgate-");
+  auto const same = [&](std::string_view t) { return policy::iequals(name, t); };
+  bool const idemgate = name.size() >= 9 && policy::iequals(name.substr(0, 9), "idemgate-");
   if (std::any_of(std::begin(taken), std::end(taken), same) || idemgate)
     return "header '" + std::string(name) + "' cannot carry the key: idemgate writes or drops it on the way";
   return std::nullopt;

@@ -193,13 +193,19 @@ std::string_view via_hop(unsigned version, char (&hop)[13]) noexcept {
 
 namespace {
 
-// Every non-empty Via value of `f`, in order, each followed by ", ", then
-// this hop: one Via for all the hops (RFC 9110 7.6.3).
+template <class Field>
+const Field& field_of(const Field& f) { return f; }
+template <class Field>
+const Field& field_of(const Field* f) { return *f; }
+
+// Every non-empty Via value of `fields` (fields or pointers to them), in
+// order, each followed by ", ", then this hop: one Via for all the hops
+// (RFC 9110 7.6.3).
 template <class Fields>
-std::string joined_via(const Fields& f, unsigned version) {
+std::string via_of(const Fields& fields, unsigned version) {
   std::string joined;
-  for (auto const& field : f)
-    if (field.name() == http::field::via && !field.value().empty()) {
+  for (auto const& each : fields)
+    if (auto const& field = field_of(each); field.name() == http::field::via && !field.value().empty()) {
       joined += field.value();
       joined += ", ";
     }
@@ -210,14 +216,16 @@ std::string joined_via(const Fields& f, unsigned version) {
 
 }  // namespace
 
+std::string joined_via(const EndToEndFields& fields, unsigned version) { return via_of(fields, version); }
+
 void add_via(http::fields& f, unsigned version) {
-  auto joined = joined_via(f, version);
+  auto joined = via_of(f, version);
   f.set(http::field::via, joined);
 }
 
 void add_via(AnswerHead& h, unsigned version) {
   // As for Beast's fields above.
-  auto joined = joined_via(h, version);
+  auto joined = via_of(h, version);
   h.erase_all(http::field::via);
   h.append_copy(http::field::via, std::move(joined));
 }

@@ -54,6 +54,10 @@ void strip_hop_by_hop(AnswerHead&);
 using EndToEndFields = boost::container::small_vector<const boost::beast::http::fields::value_type*, 16>;
 EndToEndFields end_to_end_fields(const boost::beast::http::fields& f, bool strip_idemgate);
 
+// The Via value a hop sends on: every earlier hop among `fields`, in order,
+// then this one (via_hop), in one field.
+std::string joined_via(const EndToEndFields& fields, unsigned version);
+
 // The idle timeout an upstream announces in Keep-Alive ("timeout=5, max=100"),
 // or nullopt when the header does not say (RFC 9112 appendix C.2.2 keeps
 // the header in use though it is not standard).

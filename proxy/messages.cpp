@@ -16,15 +16,7 @@ UpstreamRequest upstream_request(const http::request<http::buffer_body>& in, con
                                  std::string_view key) {
   // The client's fields a hop passes on, less those this hop writes itself.
   auto kept = end_to_end_fields(in, true);
-  // Via: the hops before (every Via field passed on, in order), then this one.
-  std::string via;
-  for (auto const* f : kept)
-    if (f->name() == http::field::via && !f->value().empty()) {
-      via += f->value();
-      via += ", ";
-    }
-  char hop[13];
-  via += via_hop(in.version(), hop);
+  auto const via = joined_via(kept, in.version());
   kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const http::fields::value_type* f) {
     switch (f->name()) {
       case http::field::expect:
@@ -49,10 +41,10 @@ UpstreamRequest upstream_request(const http::request<http::buffer_body>& in, con
 
   UpstreamRequest out{method, {}, body};
   std::string_view const method_string = in.method_string();
-  std::size_t bytes = method_string.size() + 1 + target.origin_form.size() + 11 + 2;
-  for (auto const* f : kept) bytes += f->name_string().size() + 2 + f->value().size() + 2;
-  bytes += (guarded ? 27 : 0) + 6 + target.host.size() + 10 + 5 + via.size() + 2 + key_field.size() + 2 +
-           key.size() + 2 + 16 + size.size() + 2;
+  // Room for all of it (the fixed names, separators and the port in 128).
+  std::size_t bytes = method_string.size() + target.origin_form.size() + target.host.size() + via.size() +
+                      key_field.size() + key.size() + 128;
+  for (auto const* f : kept) bytes += f->name_string().size() + f->value().size() + 4;
   std::string& h = out.head;
   h.reserve(bytes);
   auto const field = [&h](std::string_view name, std::string_view value) {
