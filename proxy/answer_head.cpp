@@ -2,9 +2,11 @@
 // answer_head.hpp).
 #include "proxy/answer_head.hpp"
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
+#include <charconv>
 
 namespace idemgate::proxy {
 
@@ -26,6 +28,19 @@ void AnswerHead::append(http::field name, std::string_view value) {
 void AnswerHead::append_copy(http::field name, std::string value) {
   copied_ = std::move(value);
   fields_.emplace_back(name, http::to_string(name), copied_);
+}
+
+void AnswerHead::set_content_length(std::uint64_t length) {
+  erase_all(http::field::content_length);
+  auto const end = std::to_chars(length_, length_ + sizeof length_, length).ptr;
+  append(http::field::content_length, std::string_view(length_, static_cast<std::size_t>(end - length_)));
+}
+
+void AnswerHead::set(std::string_view name, std::string_view value) {
+  fields_.erase(std::remove_if(fields_.begin(), fields_.end(),
+                               [name](const HeadField& f) { return boost::beast::iequals(f.name_string(), name); }),
+                fields_.end());
+  fields_.emplace_back(http::string_to_field(name), name, value);
 }
 
 std::string_view AnswerHead::keep_folded(std::string_view value, std::size_t bound) {

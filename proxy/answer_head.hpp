@@ -72,6 +72,11 @@ public:
   // A field whose value is copied into the head (at most one at a time:
   // a second call replaces the storage the first one's view points into).
   void append_copy(boost::beast::http::field name, std::string value);
+  // Content-Length, replacing any: its digits are kept in the head.
+  void set_content_length(std::uint64_t length);
+  // As Beast's fields::set: every field named `name` (in any case) out, then
+  // this one appended. Both views must outlive the head's use.
+  void set(std::string_view name, std::string_view value);
   // Folded values (obs-fold) rewritten by the parser: copied, never more
   // bytes in all than `bound` (the bytes being parsed), so the storage is
   // reserved once and earlier views stay valid.
@@ -87,6 +92,7 @@ private:
   List fields_;
   std::string folded_;
   std::string copied_;
+  char length_[20] = {};
 };
 
 // Beast's parser with the header kept in an AnswerHead. It reads the

@@ -18,6 +18,8 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
 
+#include <charconv>
+
 namespace idemgate::proxy {
 
 namespace asio = boost::asio;
@@ -33,20 +35,42 @@ unsigned seconds_up(std::chrono::milliseconds d) {
   return static_cast<unsigned>(std::max<long>(1, (d.count() + 999) / 1000));
 }
 
-std::string shown_class(const Call& c) {
+std::string_view shown_class(const Call& c) {
   if (!c.answer_class.empty()) return c.answer_class;
   if (c.intent && !c.intent->answer_class.empty()) return c.intent->answer_class;
   return "pending";
 }
 
-void fill_idemgate_headers(Call& c, http::fields& f) {
-  f.set("Idemgate-Class", shown_class(c));
-  f.set("Idemgate-Decision", c.decision);
-  if (c.intent && c.is_write) f.set("Idemgate-Key", c.intent->key);
+// The numbers an answer's Idemgate-* fields show, written where the fields'
+// views can point.
+struct IdemgateNumbers {
+  char attempt[24];
+  char intent[24];
+};
+
+std::string_view print(char (&out)[24], std::int64_t n) {
+  return {out, static_cast<std::size_t>(std::to_chars(out, out + sizeof out, n).ptr - out)};
+}
+
+// The Idemgate-* fields of this call's answer, in order, each handed to
+// put(name, value); the values are views into c and into `numbers`.
+template <class Put>
+void idemgate_fields(const Call& c, IdemgateNumbers& numbers, Put&& put) {
+  put("Idemgate-Class", shown_class(c));
+  put("Idemgate-Decision", std::string_view(c.decision));
+  if (c.intent && c.is_write) put("Idemgate-Key", std::string_view(c.intent->key));
   int const shown = c.attempt ? c.attempt : (c.intent ? c.intent->attempts_spent() : 0);
-  f.set("Idemgate-Attempt", std::to_string(shown) + "/" + std::to_string(c.tool.retry.bound + 1));
-  if (c.intent) f.set("Idemgate-Intent", std::to_string(c.intent->id));
-  f.set("Idemgate-Tool", c.tool.name);
+  auto* const end = std::to_chars(numbers.attempt, numbers.attempt + sizeof numbers.attempt, shown).ptr;
+  *end = '/';
+  auto const last = std::to_chars(end + 1, numbers.attempt + sizeof numbers.attempt, c.tool.retry.bound + 1).ptr;
+  put("Idemgate-Attempt", std::string_view(numbers.attempt, static_cast<std::size_t>(last - numbers.attempt)));
+  if (c.intent) put("Idemgate-Intent", print(numbers.intent, c.intent->id));
+  put("Idemgate-Tool", std::string_view(c.tool.name));
+}
+
+void fill_idemgate_headers(const Call& c, http::fields& f) {
+  IdemgateNumbers numbers;
+  idemgate_fields(c, numbers, [&f](std::string_view name, std::string_view value) { f.set(name, value); });
 }
 
 // A matched call's answer goes to this client.
@@ -54,10 +78,24 @@ AnswerTo answer_to(const Call& c) {
   return AnswerTo{c.version, c.keep_alive, c.req.method() == http::verb::head, true};
 }
 
-asio::awaitable<ForwardResult> write_response(Call& c, StringResponse& res, AnswerTail* tail = nullptr) {
-  fill_idemgate_headers(c, res);
-  bool const ok = co_await write_answer(c.client, res, tail, c.cfg, c.worker);
-  log_decision(c, res.result_int());
+// `head` as head_of left it (its views valid until this returns), with a
+// body of which the first bytes are `body` (all of it unless tail is set);
+// `extra` adds the fields a replay says more (after the Idemgate-* ones).
+template <class Extra>
+asio::awaitable<ForwardResult> write_response(Call& c, AnswerHead& head, std::string_view body, AnswerTail* tail,
+                                              Extra extra) {
+  auto const to = answer_to(c);
+  bool const sends_body = to_client(head, body.size(), to);
+  extra(head);
+  // No Idemgate-* field is left from upstream (to_client dropped them):
+  // each is appended, as set() would.
+  IdemgateNumbers numbers;
+  idemgate_fields(c, numbers, [&head](std::string_view name, std::string_view value) {
+    head.append_field(http::field::unknown, name, value);
+  });
+  bool const ok = co_await write_answer(c.client, head, sends_body ? body : std::string_view(), to.keep_alive, tail,
+                                        c.cfg, c.worker);
+  log_decision(c, head.status);
   co_return ForwardResult{ok && c.keep_alive};
 }
 
@@ -113,8 +151,9 @@ policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
 }
 
 asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
-  StringResponse res = client_response(std::move(answer.response), answer_to(c));
-  co_return co_await write_response(c, res, answer.tail.get());
+  AnswerHead head;
+  head_of(answer.response, head);
+  co_return co_await write_response(c, head, answer.response.body(), answer.tail.get(), [](AnswerHead&) {});
 }
 
 asio::awaitable<ForwardResult> answer_replay(Call& c) {
@@ -147,12 +186,15 @@ asio::awaitable<ForwardResult> answer_replay(Call& c) {
   auto body = stored.body;
   if (c.is_mcp) shape_mcp_replay(headers, body, c.mcp.id, c.req["Mcp-Session-Id"]);
   else std::erase_if(headers, [](const auto& h) { return is_mcp_session_header(h.first); });
-  StringResponse res = client_response(stored.status, headers, std::move(body), answer_to(c));
-  // The stored body was cut at ledger.response_cap: say so, never pass it
-  // off as the whole answer.
-  if (stored.truncated) res.set("Idemgate-Replay-Truncated", "true");
-  if (c.decision == "replayed") res.set("Idempotent-Replayed", "true");
-  co_return co_await write_response(c, res);
+  AnswerHead head;
+  head_of(stored.status, headers, head);
+  bool const replayed = c.decision == "replayed";
+  co_return co_await write_response(c, head, body, nullptr, [&](AnswerHead& h) {
+    // The stored body was cut at ledger.response_cap: say so, never pass it
+    // off as the whole answer.
+    if (stored.truncated) h.set("Idemgate-Replay-Truncated", "true");
+    if (replayed) h.set("Idempotent-Replayed", "true");
+  });
 }
 
 asio::awaitable<ForwardResult> answer_wait(Call& c, const policy::Verdict& v) {
@@ -179,7 +221,7 @@ asio::awaitable<ForwardResult> answer_refusal(Call& c, const policy::Verdict& v)
     bool const by_policy = v.reason == policy::ReasonCode::policy_deny ||
                            v.reason == policy::ReasonCode::pending_approval ||
                            v.reason == policy::ReasonCode::egress_denied;
-    c.answer_class = by_policy ? "policy_deny" : shown_class(c);
+    c.answer_class = by_policy ? "policy_deny" : std::string(shown_class(c));
   }
   Problem p;
   p.status = static_cast<unsigned>(v.http_status ? v.http_status : 403);

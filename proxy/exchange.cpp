@@ -201,37 +201,38 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, const UpstreamReq
   }
 }
 
-asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, AnswerTail* tail,
-                                   const config::Config& cfg, Worker& worker) {
+asio::awaitable<bool> write_answer(ProxyStream& client, const AnswerHead& head, std::string_view body,
+                                   bool keep_alive, AnswerTail* tail, const config::Config& cfg, Worker& worker) {
   if (!tail) {
     // Never chunked: the answer lost Transfer-Encoding with the hop-by-hop
     // fields and carries its body's length.
-    BOOST_ASSERT(!res.chunked());
-    std::string head;
-    render_head(res.base(), head);
-    auto [ec, n] = co_await write_whole(client, head, asio::buffer(res.body()), cfg.timeouts.idle);
-    co_return !ec && res.keep_alive();
+    std::string rendered;
+    render_head(head, rendered);
+    auto [ec, n] = co_await write_whole(client, rendered, asio::buffer(body.data(), body.size()), cfg.timeouts.idle);
+    co_return !ec && keep_alive;
   }
   client.expires_after(cfg.timeouts.idle);
   // The parser's own message is the one serialized: relay_body refills its
   // buffer_body from the upstream and writes it through sr.
   auto& p = *tail->parser;
   auto& out = p.get();
-  out.base() = res.base();
+  head.copy_to(out);
+  out.result(head.status);
+  out.version(head.version);
+  out.reason({});  // the status's own text, as render_head writes it
   out.erase(http::field::content_length);
   out.erase(http::field::transfer_encoding);
   // The upstream's length when it gave one; else chunked, or for an
   // HTTP/1.0 client the end of the connection.
   if (auto const length = p.content_length()) {
     out.content_length(*length);
-  } else if (res.version() >= 11) {
+  } else if (head.version >= 11) {
     out.chunked(true);
   } else {
     out.keep_alive(false);
   }
-  auto& prefix = res.body();
-  out.body().data = prefix.data();
-  out.body().size = prefix.size();
+  out.body().data = const_cast<char*>(body.data());  // only read: buffer_body's pointer is not const
+  out.body().size = body.size();
   out.body().more = true;
   http::serializer<false, http::buffer_body> sr{out};
   auto [ec, n] = co_await http::async_write(client, sr, use_tuple);

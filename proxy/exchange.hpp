@@ -8,6 +8,7 @@
 
 #include "config/config.hpp"
 #include "policy/classify.hpp"
+#include "proxy/answer_head.hpp"
 #include "proxy/body_budget.hpp"
 #include "proxy/http_rules.hpp"
 #include "proxy/problem.hpp"
@@ -75,10 +76,13 @@ boost::asio::awaitable<UpstreamAnswer> exchange(const Target& target, const Upst
                                                 const config::Config& cfg, Worker& worker,
                                                 const ExchangeOptions& options);
 
-// Writes res to the client, then the rest of the upstream body when tail is
-// set (res carries the first bytes; the framing is the upstream's length,
-// or chunked). Returns whether the client connection can carry another request.
-boost::asio::awaitable<bool> write_answer(ProxyStream& client, StringResponse& res, AnswerTail* tail,
-                                          const config::Config& cfg, Worker& worker);
+// Writes `head` (as to_client left it, for a client that keeps the
+// connection when keep_alive is set) and `body` to the client, then the rest
+// of the upstream body when tail is set (body is then its first bytes; the
+// framing is the upstream's length, or chunked). Returns whether the client
+// connection can carry another request.
+boost::asio::awaitable<bool> write_answer(ProxyStream& client, const AnswerHead& head, std::string_view body,
+                                          bool keep_alive, AnswerTail* tail, const config::Config& cfg,
+                                          Worker& worker);
 
 }  // namespace idemgate::proxy

@@ -160,7 +160,7 @@ EndToEndFields end_to_end_fields(const http::fields& f, bool strip_idemgate) {
 
 void strip_hop_by_hop(http::fields& f, bool strip_idemgate) { strip_fields(f, strip_idemgate); }
 
-void strip_hop_by_hop(AnswerHead& h) { strip_fields(h, false); }
+void strip_hop_by_hop(AnswerHead& h, bool strip_idemgate) { strip_fields(h, strip_idemgate); }
 
 std::optional<std::chrono::seconds> keep_alive_timeout(std::string_view value) {
   auto const trim = [](std::string_view t) {
@@ -230,8 +230,9 @@ void add_via(AnswerHead& h, unsigned version) {
   h.append_copy(http::field::via, std::move(joined));
 }
 
-void prepare_answer_head(AnswerHead& h, unsigned client_version, bool chunked, bool keep_alive) {
-  strip_hop_by_hop(h);
+void prepare_answer_head(AnswerHead& h, unsigned client_version, bool chunked, bool keep_alive,
+                         bool strip_idemgate) {
+  strip_hop_by_hop(h, strip_idemgate);
   add_via(h, h.version);
   h.version = client_version;
   if (chunked) {

@@ -47,7 +47,7 @@ bool acceptable_request_transfer_encoding(const boost::beast::http::fields&);
 // Transfer-Encoding (framing is re-done by the serializer), plus Idemgate-*
 // request headers when strip_idemgate is set.
 void strip_hop_by_hop(boost::beast::http::fields&, bool strip_idemgate);
-void strip_hop_by_hop(AnswerHead&);
+void strip_hop_by_hop(AnswerHead&, bool strip_idemgate = false);
 
 // The fields of `f` that strip_hop_by_hop would keep, in order, without
 // changing `f` (pointers into it: valid while `f` is not changed).
@@ -72,11 +72,13 @@ void add_via(boost::beast::http::fields&, unsigned version);
 void add_via(AnswerHead&, unsigned version);
 
 // The upstream answer's head as the client sees it, exactly as the same
-// steps on Beast's fields would leave it: hop-by-hop fields out, this hop
-// (the upstream's version) in Via, the client's version, then
-// Transfer-Encoding: chunked when the body is re-chunked, and Connection
-// when persistence differs from the version's default.
-void prepare_answer_head(AnswerHead&, unsigned client_version, bool chunked, bool keep_alive);
+// steps on Beast's fields would leave it: hop-by-hop fields out (and
+// Idemgate-* ones when strip_idemgate is set), this hop (the head's
+// version) in Via, the client's version, then Transfer-Encoding: chunked
+// when the body is re-chunked, and Connection when persistence differs from
+// the version's default.
+void prepare_answer_head(AnswerHead&, unsigned client_version, bool chunked, bool keep_alive,
+                         bool strip_idemgate = false);
 
 // The header exactly as Beast's serializer writes it (start line, each field
 // as "Name: value", CRLF), into out (cleared first): one contiguous buffer the

@@ -215,9 +215,12 @@ asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client, RequestPars
     co_await send_problem(client, p, req.version(), false, cfg.timeouts.client_header);
     co_return ForwardResult{false};
   }
-  StringResponse res = client_response(
-      std::move(answer.response), AnswerTo{req.version(), keep_alive, req.method() == http::verb::head, false});
-  bool const ok = co_await write_answer(client, res, answer.tail.get(), cfg, worker);
+  AnswerHead head;
+  head_of(answer.response, head);
+  bool const sends_body = to_client(head, answer.response.body().size(),
+                                    AnswerTo{req.version(), keep_alive, req.method() == http::verb::head, false});
+  bool const ok = co_await write_answer(client, head, sends_body ? answer.response.body() : std::string_view(),
+                                       keep_alive, answer.tail.get(), cfg, worker);
   co_return ForwardResult{ok && keep_alive};
 }
 

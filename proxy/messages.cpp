@@ -69,43 +69,29 @@ UpstreamRequest upstream_request(const http::request<http::buffer_body>& in, con
   return out;
 }
 
-namespace {
+void head_of(const StringResponse& upstream, AnswerHead& head) {
+  head.clear();
+  head.status = upstream.result_int();
+  for (auto const& f : upstream) head.append_field(f.name(), f.name_string(), f.value());
+}
 
-// What every answer to the client gets: no hop-by-hop field (on a guarded
-// call no Idemgate-* field either but the ones this hop sets afterwards: an
-// upstream cannot speak for idemgate), this hop in Via, the client's
-// keep-alive, and framing of its own. A 1xx or 204 carries no length and no body; a 304 and the answer to
-// a HEAD carry no body, and keep the upstream's Content-Length, which
-// describes the representation a GET would get; any other answer's length
-// is its body's.
-StringResponse finish_response(StringResponse res, std::string body, const AnswerTo& to) {
-  strip_hop_by_hop(res, to.guarded);
-  add_via(res, 11);
-  res.keep_alive(to.keep_alive);
-  auto const code = res.result_int();
+void head_of(int status, const ledger::Headers& headers, AnswerHead& head) {
+  head.clear();
+  head.status = static_cast<unsigned>(status);
+  for (auto const& [name, value] : headers) head.append_field(http::string_to_field(name), name, value);
+}
+
+bool to_client(AnswerHead& head, std::size_t body_size, const AnswerTo& to) {
+  head.reason = {};
+  prepare_answer_head(head, to.version, false, to.keep_alive, to.guarded);
+  auto const code = head.status;
   if (code / 100 == 1 || code == 204) {
-    res.erase(http::field::content_length);
-  } else if (!to.head && code != 304) {
-    res.body() = std::move(body);
-    res.content_length(res.body().size());
+    head.erase_all(http::field::content_length);
+    return false;
   }
-  return res;
-}
-
-}  // namespace
-
-StringResponse client_response(int status, const ledger::Headers& headers, std::string body, const AnswerTo& to) {
-  StringResponse res{static_cast<http::status>(status), to.version};
-  for (auto const& [name, value] : headers) res.insert(name, value);
-  return finish_response(std::move(res), std::move(body), to);
-}
-
-StringResponse client_response(StringResponse&& upstream, const AnswerTo& to) {
-  StringResponse res;
-  res.base() = std::move(upstream.base());
-  res.version(to.version);
-  res.reason({});  // the status's own text, as for a stored answer
-  return finish_response(std::move(res), std::move(upstream.body()), to);
+  if (to.head || code == 304) return false;
+  head.set_content_length(body_size);
+  return true;
 }
 
 ledger::Headers headers_of(const http::fields& f) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ledger/types.hpp"
+#include "proxy/answer_head.hpp"
 #include "proxy/exchange.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>
@@ -31,12 +32,24 @@ struct AnswerTo {
   bool guarded = true;
 };
 
-// The answer the client sees for a stored answer or an upstream one (see
-// finish_response in messages.cpp for its framing and fields).
-StringResponse client_response(int status, const ledger::Headers& headers, std::string body, const AnswerTo& to);
-// The same from an upstream answer, taken over whole (its header and body
-// are moved, not copied).
-StringResponse client_response(StringResponse&& upstream, const AnswerTo& to);
+// An answer's head, its fields as views (valid while the answer is not
+// changed or destroyed): an upstream answer's, or a stored one's (each field
+// named as Beast names it). Its version is 1.1 for both (a stored answer
+// keeps none): this hop's Via says 1.1 whichever it is.
+void head_of(const StringResponse& upstream, AnswerHead& head);
+void head_of(int status, const ledger::Headers& headers, AnswerHead& head);
+
+// Turns `head` into the one the client sees, with a body of body_size
+// bytes: no hop-by-hop field (on a guarded call no Idemgate-* field either,
+// but the ones this hop adds afterwards: an upstream cannot speak for
+// idemgate), this hop in Via, the client's version and keep-alive, the
+// status's own text, and framing of its own. A 1xx or 204 carries no length
+// and no body; a 304 and the answer to a HEAD carry no body, and keep the
+// upstream's Content-Length, which describes the representation a GET would
+// get; any other answer's length is its body's. Returns whether the body is
+// sent. Rendered straight from the fields (render_head): no Beast fields are
+// built for an answer that is not streamed.
+bool to_client(AnswerHead& head, std::size_t body_size, const AnswerTo& to);
 
 ledger::Headers headers_of(const boost::beast::http::fields& fields);
 
