@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -45,22 +46,31 @@ void write_all(int fd, std::string_view text) {
   }
 }
 
-// RFC 3339 with milliseconds, formatted at most once per millisecond per
-// thread: a busy proxy logs many lines within one.
+// RFC 3339 with milliseconds. The date and time are formatted at most once
+// per second per thread (a busy proxy logs many lines within one); within
+// the second only the three digits of the milliseconds are written.
 const std::string& timestamp() {
   using namespace std::chrono;
-  thread_local std::int64_t cached_ms = -1;
-  thread_local std::string cached;
+  thread_local std::int64_t cached_s = std::numeric_limits<std::int64_t>::min();
+  thread_local std::string cached;  // "YYYY-MM-DDTHH:MM:SS.mmmZ"
   auto const ms_total = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  if (ms_total == cached_ms) return cached;
-  auto const secs = static_cast<std::time_t>(ms_total / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];  // room for any int the format could be given (-Wformat-truncation)
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms_total % 1000));
-  cached = buf;
-  cached_ms = ms_total;
+  // Floor division: an instant before 1970 still falls in its own second.
+  auto const s = ms_total / 1000 - (ms_total % 1000 < 0 ? 1 : 0);
+  auto const ms = static_cast<int>(ms_total - s * 1000);
+  if (s != cached_s) {
+    auto const secs = static_cast<std::time_t>(s);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char buf[64];  // room for any int the format could be given (-Wformat-truncation)
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.000Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached = buf;
+    cached_s = s;
+  }
+  auto const at = cached.size() - 4;  // the milliseconds, before the 'Z'
+  cached[at] = static_cast<char>('0' + ms / 100);
+  cached[at + 1] = static_cast<char>('0' + ms / 10 % 10);
+  cached[at + 2] = static_cast<char>('0' + ms % 10);
   return cached;
 }
 

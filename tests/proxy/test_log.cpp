@@ -9,6 +9,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <ctime>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,6 +122,11 @@ TEST_CASE("log: a LogLine writes each kind of value as JSON, escaped where neede
   REQUIRE(saved >= 0);
   REQUIRE(::dup2(file, STDERR_FILENO) == STDERR_FILENO);
   std::string const long_value(5000, 'x');  // past the per-thread buffer's first size
+  auto const now_ms = [] {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  };
+  auto const before = now_ms();
   for (int i = 0; i < 2; ++i) {             // the second line reuses the grown buffer
     LogLine line("request");
     line.add("plain", "GET")
@@ -132,6 +140,7 @@ TEST_CASE("log: a LogLine writes each kind of value as JSON, escaped where neede
         .add_null("nothing");
     line.emit();
   }
+  auto const after = now_ms();
   log_flush();
   REQUIRE(::dup2(saved, STDERR_FILENO) == STDERR_FILENO);
   ::close(saved);
@@ -142,7 +151,14 @@ TEST_CASE("log: a LogLine writes each kind of value as JSON, escaped where neede
   for (auto const& text : lines) {
     auto const v = boost::json::parse(text).as_object();
     CHECK(v.at("event").as_string() == "request");
-    CHECK(v.at("ts").as_string().size() == 24);
+    std::string const ts(v.at("ts").as_string());
+    REQUIRE(std::regex_match(ts, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
+    // The instant it names, to the millisecond, is when the line was made.
+    std::tm tm{};
+    REQUIRE(::strptime(ts.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) != nullptr);
+    auto const at = static_cast<std::int64_t>(::timegm(&tm)) * 1000 + std::stoi(ts.substr(20, 3));
+    CHECK(at >= before);
+    CHECK(at <= after);
     CHECK(v.at("plain").as_string() == "GET");
     CHECK(std::string(v.at("escaped").as_string()) == std::string("a\"b\\c\nd\x01\xc3\x83\xc2\xa9"));
     CHECK(v.at("long").as_string() == long_value);
