@@ -4,6 +4,7 @@
 #include "ledger/store_support.hpp"
 
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 
 #include <algorithm>
 #include <array>
@@ -223,6 +224,53 @@ std::string redact_target(std::string_view target, const config::Redact& rules) 
   return redact_target_query(target, rules);
 }
 
+namespace {
+
+// A basic_parser handler that keeps nothing: the parse only says whether
+// the text is JSON, by boost::json::parse's rules (parse_options{}: no
+// comments, no trailing commas, valid UTF-8, depth 32).
+struct Validate {
+  static constexpr std::size_t max_object_size = boost::json::object::max_size();
+  static constexpr std::size_t max_array_size = boost::json::array::max_size();
+  static constexpr std::size_t max_key_size = boost::json::string::max_size();
+  static constexpr std::size_t max_string_size = boost::json::string::max_size();
+  using error_code = boost::system::error_code;
+  using string_view = boost::json::string_view;
+
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_object_begin(error_code&) { return true; }
+  bool on_object_end(std::size_t, error_code&) { return true; }
+  bool on_array_begin(error_code&) { return true; }
+  bool on_array_end(std::size_t, error_code&) { return true; }
+  bool on_key_part(string_view, std::size_t, error_code&) { return true; }
+  bool on_key(string_view, std::size_t, error_code&) { return true; }
+  bool on_string_part(string_view, std::size_t, error_code&) { return true; }
+  bool on_string(string_view, std::size_t, error_code&) { return true; }
+  bool on_number_part(string_view, error_code&) { return true; }
+  bool on_int64(std::int64_t, string_view, error_code&) { return true; }
+  bool on_uint64(std::uint64_t, string_view, error_code&) { return true; }
+  bool on_double(double, string_view, error_code&) { return true; }
+  bool on_bool(bool, error_code&) { return true; }
+  bool on_null(error_code&) { return true; }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+};
+
+// A snapshot's body nests one level below the snapshot itself.
+constexpr std::size_t kBodyDepth = boost::json::parse_options{}.max_depth - 1;
+
+bool is_json_text(std::string_view text) {
+  boost::json::parse_options options;
+  options.max_depth = kBodyDepth;
+  boost::json::basic_parser<Validate> parser(options);
+  boost::system::error_code ec;
+  auto const used = parser.write_some(false, text.data(), text.size(), ec);
+  return !ec && used == text.size();
+}
+
+}  // namespace
+
 std::string redact_request(const RequestSnapshot& request, const config::Redact& rules) {
   // Written directly (one per guarded write, on the network thread): the
   // members in the order a document would have them, the strings escaped
@@ -240,18 +288,22 @@ std::string redact_request(const RequestSnapshot& request, const config::Redact&
   std::string redacted;
   std::string_view body = request.body;
   if (!rules.body.empty()) body = redacted = redact_body(body, header_value(request.headers, "Content-Type"), rules);
-  // A JSON body stays JSON, so an escalation package can quote its fields.
-  unsigned char scratch[4096];
-  boost::json::monotonic_resource arena(scratch, sizeof scratch);
-  boost::system::error_code ec;
-  auto parsed = boost::json::parse(body, ec, &arena);
-  if (ec) {
-    detail::append_json_string(out, body);
+  // A JSON body stays JSON, so an escalation package can quote its fields:
+  // as it was sent (numbers as written, no digit lost), once it is known to
+  // be JSON; any other body is a JSON string.
+  if (is_json_text(body)) {
+    out += body;
   } else {
-    out += boost::json::serialize(parsed);
+    detail::append_json_string(out, body);
   }
   out += '}';
   return out;
+}
+
+boost::json::value parse_snapshot(std::string_view text, boost::system::error_code& ec) {
+  boost::json::parse_options options;
+  options.allow_invalid_utf8 = true;
+  return boost::json::parse(text, ec, {}, options);
 }
 
 StoredResponse redact_response(StoredResponse response, const config::Redact& rules,

@@ -9,6 +9,9 @@
 #include "config/config.hpp"
 #include "ledger/types.hpp"
 
+#include <boost/json/value.hpp>
+#include <boost/system/error_code.hpp>
+
 #include <string>
 #include <string_view>
 
@@ -40,8 +43,15 @@ std::string redact_body(std::string_view body, std::string_view content_type,
                         const config::Redact& rules);
 
 // The snapshot as JSON text ({"method","target","headers":[[n,v]...],"body"}),
-// redacted; a JSON body is embedded as JSON, any other as a string.
+// redacted; a JSON body is embedded as it was sent (when it is JSON by
+// boost::json::parse's rules and nests at most 31 deep, so that the whole
+// snapshot is within the parser's default depth of 32), any other as a
+// string. Strings keep their bytes as sent, invalid UTF-8 included.
 std::string redact_request(const RequestSnapshot& request, const config::Redact& rules);
+
+// A snapshot redact_request wrote, read back (invalid UTF-8 in a header or a
+// non-JSON body allowed); null with ec set when it does not parse.
+boost::json::value parse_snapshot(std::string_view text, boost::system::error_code& ec);
 
 // Headers and body redacted, body cut at `cap` bytes (truncated set).
 StoredResponse redact_response(StoredResponse response, const config::Redact& rules,

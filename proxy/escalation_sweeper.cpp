@@ -111,7 +111,7 @@ asio::awaitable<void> look_up_in_background(ledger::Ledger& ledger, const config
                                             SweeperStats& stats, const policy::Tool& tool,
                                             const ledger::Intent& intent) {
   boost::system::error_code ec;
-  auto const snapshot = json::parse(intent.request_snapshot, ec);
+  auto const snapshot = ledger::parse_snapshot(intent.request_snapshot, ec);
   // No agent: idemgate keeps no credentials to send along. Not counted in
   // limits.guarded_budget: the sweeper makes one lookup at a time.
   Lookup lookup{tool, intent.key, intent.receipt, ec ? nullptr : snapshot_body(snapshot), nullptr, {}, nullptr};
