@@ -182,6 +182,7 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
       std::vector<Result<Intent>> done;
+      done.reserve(round.size());
       for (auto i : round) {
         auto found = settled.find(outcomes[i].intent_id);
         if (found != settled.end()) {

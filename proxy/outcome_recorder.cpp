@@ -69,10 +69,10 @@ class PendingEntry {
   std::pair<const ledger::Ledger*, std::int64_t> key_;
 };
 
-// The intent as `o` (redacted: Ledger::redact) leaves it (what
+// `i` as `o` (redacted: Ledger::redact) leaves it (what
 // Store::record_outcome writes), but for o's response: the caller's to add
 // where it is needed (a copy of a whole answer).
-ledger::Intent settled_view(ledger::Intent i, const ledger::Outcome& o) {
+void settle(ledger::Intent& i, const ledger::Outcome& o) {
   i.state = o.state;
   i.answer_class = o.answer_class;
   i.status = o.status;
@@ -84,7 +84,6 @@ ledger::Intent settled_view(ledger::Intent i, const ledger::Outcome& o) {
   i.retry_not_before.reset();
   if (o.retry_after)
     i.retry_not_before = std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + *o.retry_after);
-  return i;
 }
 
 // Spawns `op` on `executor` unless too many are pending.
@@ -146,14 +145,14 @@ ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledge
   outcome.after_answer = true;
   // Redacted once: the view shown now and the record written later.
   ledger.redact(outcome);
-  auto settled = settled_view(std::move(before), outcome);
+  settle(before, outcome);
   // The caller's view is a copy without the snapshot (a whole request body);
   // the pending entry keeps the intent whole.
-  auto snapshot = std::move(settled.request_snapshot);
-  settled.request_snapshot.clear();
-  ledger::Intent shown = settled;
-  settled.request_snapshot = std::move(snapshot);
-  PendingEntry entry(ledger, std::move(settled), outcome.response);
+  auto snapshot = std::move(before.request_snapshot);
+  before.request_snapshot.clear();
+  ledger::Intent shown = before;
+  before.request_snapshot = std::move(snapshot);
+  PendingEntry entry(ledger, std::move(before), outcome.response);
   spawn_bounded(std::move(executor), "record_outcome",
                 keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));
   return shown;

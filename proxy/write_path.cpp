@@ -391,19 +391,22 @@ class WritePath {
     bool const freezes = settled.state == policy::SettledState::denied && policy::freezes_run(settled.answer_class);
     bool const after_answer =
         answered && !s.egress_refused && !freezes && settled.state != policy::SettledState::unknown;
-    std::optional<ledger::Intent> recorded;
+    // Whether the ledger took the outcome (c_.intent is then the intent as
+    // the outcome leaves it).
+    bool recorded = true;
     if (after_answer) {
       auto executor = co_await asio::this_coro::executor;
-      recorded = record_after_answer(executor, c_.ledger, std::move(o), lease_end, std::move(*c_.intent));
+      c_.intent = record_after_answer(executor, c_.ledger, std::move(o), lease_end, std::move(*c_.intent));
+    } else if (auto settled_intent = co_await record_outcome(c_.ledger, std::move(o), lease_end)) {
+      c_.intent = std::move(*settled_intent);
     } else {
-      recorded = co_await record_outcome(c_.ledger, std::move(o), lease_end);
+      recorded = false;
     }
     if (settled.answer_class == policy::AnswerClass::validation) c_.worker.reads().note_validation(c_.run, c_.tool.name);
     ++rounds_;
     last_round_end_ = SysClock::now();
 
     if (s.egress_refused) {
-      if (recorded) c_.intent = std::move(*recorded);
       c_.sent = false;  // the guard refused the address before anything left
       co_return co_await answer_refusal(c_, refusal(policy::ReasonCode::egress_denied,
                                                     s.answer.problem->detail + "; nothing was sent"));
@@ -415,7 +418,6 @@ class WritePath {
       if (answered && settled.state != policy::SettledState::unknown) co_return co_await answer_upstream(c_, s.answer);
       co_return co_await answer_ledger_down(c_);
     }
-    c_.intent = std::move(*recorded);
     switch (settled.state) {
       case policy::SettledState::unknown:
         co_return std::nullopt;
