@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <iterator>
+#include <optional>
 #include <cctype>
 
 namespace idemgate::ledger {
@@ -194,6 +195,77 @@ std::string redact_form(std::string_view body, const config::Redact& rules) {
 
 }  // namespace
 
+namespace {
+
+// A basic_parser handler that keeps nothing but the number of members its
+// objects hold as written: the parse says whether the text is JSON, by
+// boost::json::parse's rules (parse_options{}: no comments, no trailing
+// commas, valid UTF-8, depth 32), and how many keys it wrote.
+struct Validate {
+  static constexpr std::size_t max_object_size = boost::json::object::max_size();
+  static constexpr std::size_t max_array_size = boost::json::array::max_size();
+  static constexpr std::size_t max_key_size = boost::json::string::max_size();
+  static constexpr std::size_t max_string_size = boost::json::string::max_size();
+  using error_code = boost::system::error_code;
+  using string_view = boost::json::string_view;
+
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_object_begin(error_code&) { return true; }
+  bool on_object_end(std::size_t n, error_code&) {
+    members += n;
+    return true;
+  }
+  bool on_array_begin(error_code&) { return true; }
+  bool on_array_end(std::size_t, error_code&) { return true; }
+  bool on_key_part(string_view, std::size_t, error_code&) { return true; }
+  bool on_key(string_view, std::size_t, error_code&) { return true; }
+  bool on_string_part(string_view, std::size_t, error_code&) { return true; }
+  bool on_string(string_view, std::size_t, error_code&) { return true; }
+  bool on_number_part(string_view, error_code&) { return true; }
+  bool on_int64(std::int64_t, string_view, error_code&) { return true; }
+  bool on_uint64(std::uint64_t, string_view, error_code&) { return true; }
+  bool on_double(double, string_view, error_code&) { return true; }
+  bool on_bool(bool, error_code&) { return true; }
+  bool on_null(error_code&) { return true; }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+
+  std::size_t members = 0;
+};
+
+// A snapshot's body nests one level below the snapshot itself.
+constexpr std::size_t kBodyDepth = boost::json::parse_options{}.max_depth - 1;
+
+// The members of the objects in `text` as written, when it is JSON nesting
+// at most `depth` deep.
+std::optional<std::size_t> json_members(std::string_view text, std::size_t depth) {
+  boost::json::parse_options options;
+  options.max_depth = depth;
+  boost::json::basic_parser<Validate> parser(options);
+  boost::system::error_code ec;
+  auto const used = parser.write_some(false, text.data(), text.size(), ec);
+  if (ec || used != text.size()) return std::nullopt;
+  return parser.handler().members;
+}
+
+bool is_json_text(std::string_view text) { return json_members(text, kBodyDepth).has_value(); }
+
+// The members of the objects in a document (a key written twice in one
+// object is one member: the last one written).
+std::size_t members_of(const boost::json::value& v) {
+  std::size_t n = 0;
+  if (auto const* o = v.if_object()) {
+    n += o->size();
+    for (auto const& member : *o) n += members_of(member.value());
+  } else if (auto const* a = v.if_array()) {
+    for (auto const& element : *a) n += members_of(element);
+  }
+  return n;
+}
+
+}  // namespace
+
 Headers redact_headers(const Headers& headers, const config::Redact& rules) {
   Headers kept;
   kept.reserve(headers.size());
@@ -217,59 +289,17 @@ std::string redact_body(std::string_view body, std::string_view content_type,
       changed = true;
     }
   }
+  // A key written twice in one object keeps only its last value in the
+  // document: a field the rules name may hide in an earlier one
+  // ({"card":{"number":"4242..."},"card":null}). Such a body is kept as the
+  // document, one value a key, redacted.
+  if (!changed && json_members(body, boost::json::parse_options{}.max_depth) != members_of(doc)) changed = true;
   return changed ? boost::json::serialize(doc) : std::string(body);
 }
 
 std::string redact_target(std::string_view target, const config::Redact& rules) {
   return redact_target_query(target, rules);
 }
-
-namespace {
-
-// A basic_parser handler that keeps nothing: the parse only says whether
-// the text is JSON, by boost::json::parse's rules (parse_options{}: no
-// comments, no trailing commas, valid UTF-8, depth 32).
-struct Validate {
-  static constexpr std::size_t max_object_size = boost::json::object::max_size();
-  static constexpr std::size_t max_array_size = boost::json::array::max_size();
-  static constexpr std::size_t max_key_size = boost::json::string::max_size();
-  static constexpr std::size_t max_string_size = boost::json::string::max_size();
-  using error_code = boost::system::error_code;
-  using string_view = boost::json::string_view;
-
-  bool on_document_begin(error_code&) { return true; }
-  bool on_document_end(error_code&) { return true; }
-  bool on_object_begin(error_code&) { return true; }
-  bool on_object_end(std::size_t, error_code&) { return true; }
-  bool on_array_begin(error_code&) { return true; }
-  bool on_array_end(std::size_t, error_code&) { return true; }
-  bool on_key_part(string_view, std::size_t, error_code&) { return true; }
-  bool on_key(string_view, std::size_t, error_code&) { return true; }
-  bool on_string_part(string_view, std::size_t, error_code&) { return true; }
-  bool on_string(string_view, std::size_t, error_code&) { return true; }
-  bool on_number_part(string_view, error_code&) { return true; }
-  bool on_int64(std::int64_t, string_view, error_code&) { return true; }
-  bool on_uint64(std::uint64_t, string_view, error_code&) { return true; }
-  bool on_double(double, string_view, error_code&) { return true; }
-  bool on_bool(bool, error_code&) { return true; }
-  bool on_null(error_code&) { return true; }
-  bool on_comment_part(string_view, error_code&) { return true; }
-  bool on_comment(string_view, error_code&) { return true; }
-};
-
-// A snapshot's body nests one level below the snapshot itself.
-constexpr std::size_t kBodyDepth = boost::json::parse_options{}.max_depth - 1;
-
-bool is_json_text(std::string_view text) {
-  boost::json::parse_options options;
-  options.max_depth = kBodyDepth;
-  boost::json::basic_parser<Validate> parser(options);
-  boost::system::error_code ec;
-  auto const used = parser.write_some(false, text.data(), text.size(), ec);
-  return !ec && used == text.size();
-}
-
-}  // namespace
 
 std::string redact_request(const RequestSnapshot& request, const config::Redact& rules) {
   // Written directly (one per guarded write, on the network thread): the
