@@ -46,14 +46,27 @@ void write_all(int fd, std::string_view text) {
   }
 }
 
-// RFC 3339 with milliseconds. The date and time are formatted at most once
-// per second per thread (a busy proxy logs many lines within one); within
-// the second only the three digits of the milliseconds are written.
+// Now, as a line's "ts" (log_timestamp).
 const std::string& timestamp() {
   using namespace std::chrono;
+  return log_timestamp(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+// Bytes a JSON string may hold as they are (printable ASCII but '"' and '\\').
+constexpr std::array<bool, 256> kPlain = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x7f; ++c) t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+  return t;
+}();
+
+}  // namespace
+
+// Formatted whole at most once per second per thread (a busy proxy logs
+// many lines within one); within the second only the three digits of the
+// milliseconds are written.
+const std::string& log_timestamp(std::int64_t ms_total) {
   thread_local std::int64_t cached_s = std::numeric_limits<std::int64_t>::min();
   thread_local std::string cached;  // "YYYY-MM-DDTHH:MM:SS.mmmZ"
-  auto const ms_total = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
   // Floor division: an instant before 1970 still falls in its own second.
   auto const s = ms_total / 1000 - (ms_total % 1000 < 0 ? 1 : 0);
   auto const ms = static_cast<int>(ms_total - s * 1000);
@@ -73,15 +86,6 @@ const std::string& timestamp() {
   cached[at + 2] = static_cast<char>('0' + ms % 10);
   return cached;
 }
-
-// Bytes a JSON string may hold as they are (printable ASCII but '"' and '\\').
-constexpr std::array<bool, 256> kPlain = [] {
-  std::array<bool, 256> t{};
-  for (int c = 0x20; c < 0x7f; ++c) t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
-  return t;
-}();
-
-}  // namespace
 
 void append_ascii_json_string(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";

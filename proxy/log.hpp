@@ -76,6 +76,11 @@ LogStats log_stats() noexcept;
 // Blocks until every line queued so far is written (shutdown, fatal errors).
 void log_flush();
 
+// The "ts" of a line made `ms` milliseconds after the epoch (RFC 3339, UTC,
+// milliseconds). The date and time are formatted once a second per thread;
+// the reference stays valid until this thread's next call.
+const std::string& log_timestamp(std::int64_t ms);
+
 // Appends s as a JSON string: quotes, backslashes, control characters and
 // bytes outside ASCII escaped, so a line stays ASCII JSON whatever a peer sent
 // (the ledger's detail::append_json_string keeps UTF-8 as sent, as Boost.JSON does).

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <regex>
 #include <string>
@@ -108,6 +109,28 @@ TEST_CASE("log: a stalled reader costs dropped lines, counted and reported, neve
   }
   CHECK(written + stats.dropped == static_cast<std::uint64_t>(total));
   CHECK(reported == stats.dropped);
+}
+
+TEST_CASE("log: a timestamp is the instant's, to the millisecond, across seconds, days and 1970") {
+  // Formatted whole each time, as the cache must agree with.
+  auto const reference = [](std::int64_t ms) {
+    std::int64_t s = ms / 1000 - (ms % 1000 < 0 ? 1 : 0);
+    auto const t = static_cast<std::time_t>(s);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms - s * 1000));
+    return std::string(buf);
+  };
+  std::int64_t const day_end = 1796601599000;  // 2026-12-06T23:59:59.000Z
+  std::vector<std::int64_t> const instants{day_end,        day_end + 5,    day_end + 99,  day_end + 999,
+                                           day_end + 1000, day_end + 1005, day_end + 999, day_end + 2000,
+                                           0,              999,            -1,            -1000,
+                                           -1001,          day_end + 5,    day_end + 5};
+  for (auto const ms : instants) CHECK(log_timestamp(ms) == reference(ms));
+  CHECK(log_timestamp(day_end + 1000) == "2026-12-07T00:00:00.000Z");
+  CHECK(log_timestamp(-1) == "1969-12-31T23:59:59.999Z");
 }
 
 TEST_CASE("log: a LogLine writes each kind of value as JSON, escaped where needed, of any length") {
