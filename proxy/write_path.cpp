@@ -397,10 +397,10 @@ class WritePath {
     if (after_answer) {
       auto executor = co_await asio::this_coro::executor;
       c_.intent = record_after_answer(executor, c_.ledger, std::move(o), lease_end, std::move(*c_.intent));
-    } else if (auto settled_intent = co_await record_outcome(c_.ledger, std::move(o), lease_end)) {
-      c_.intent = std::move(*settled_intent);
     } else {
-      recorded = false;
+      auto settled_intent = co_await record_outcome(c_.ledger, std::move(o), lease_end);
+      if (settled_intent) c_.intent = std::move(*settled_intent);
+      recorded = settled_intent.has_value();
     }
     if (settled.answer_class == policy::AnswerClass::validation) c_.worker.reads().note_validation(c_.run, c_.tool.name);
     ++rounds_;
