@@ -34,8 +34,10 @@ struct AnswerTo {
 
 // An answer's head, its fields as views (valid while the answer is not
 // changed or destroyed): an upstream answer's, or a stored one's (each field
-// named as Beast names it). Its version is 1.1 for both (a stored answer
-// keeps none): this hop's Via says 1.1 whichever it is.
+// named as Beast names it, in the stored order: a name repeated apart stays
+// apart, where Beast's fields would group it; stored answers come from
+// Beast's fields, grouped already). Its version is 1.1 for both (a stored
+// answer keeps none): this hop's Via says 1.1 whichever it is.
 void head_of(const StringResponse& upstream, AnswerHead& head);
 void head_of(int status, const ledger::Headers& headers, AnswerHead& head);
 

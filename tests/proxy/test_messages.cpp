@@ -174,6 +174,15 @@ TEST_CASE("to_client: an unguarded buffered answer keeps the upstream's Idemgate
   CHECK(wire(upstream_answer(), AnswerTo{11, true, false, true}).find("Idemgate-Key") == std::string::npos);
 }
 
+TEST_CASE("to_client: a stored answer's fields go out in their stored order") {
+  // What headers_of stores is grouped by name already (Beast's order); a
+  // list written otherwise is replayed as written, a repeated name apart.
+  ledger::Headers const stored{{"Set-Cookie", "a=1"}, {"X-Id", "7"}, {"set-cookie", "b=2"}};
+  CHECK(wire(200, stored, "", AnswerTo{11, true, false, true}) ==
+        "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nX-Id: 7\r\nset-cookie: b=2\r\nVia: 1.1 idemgate\r\n"
+        "Content-Length: 0\r\n\r\n");
+}
+
 TEST_CASE("AnswerHead::set replaces a field in any case, as Beast's set does") {
   ledger::Headers const stored{{"idempotent-replayed", "false"}, {"X-A", "1"}, {"IDEMPOTENT-REPLAYED", "x"}};
   AnswerHead head;
