@@ -6,6 +6,7 @@
 
 #include "ledger/errc.hpp"
 #include "ledger/types.hpp"
+#include "policy/json_string.hpp"
 
 #include <bit>
 #include <cstddef>
@@ -16,21 +17,7 @@
 
 namespace idemgate::ledger::detail {
 
-// Eight bytes at a time (a word loaded with memcpy): which bytes of w need
-// an escape. Each is nonzero when some byte does; its lowest set bit is in
-// the first such byte (a false flag needs a borrow from a flagged byte below
-// it), which first_flagged gives on a little-endian machine.
-namespace swar {
-inline constexpr std::uint64_t ones = 0x0101010101010101ull;
-inline constexpr std::uint64_t highs = 0x8080808080808080ull;
-// Bytes of w below n (n <= 128).
-constexpr std::uint64_t below(std::uint64_t w, unsigned n) { return (w - ones * n) & ~w & highs; }
-// Bytes of w equal to b.
-constexpr std::uint64_t equal(std::uint64_t w, unsigned char b) { return below(w ^ (ones * b), 1); }
-// The index of the first flagged byte of nonzero `flags`, as loaded on a
-// little-endian machine.
-constexpr std::size_t first_flagged(std::uint64_t flags) { return static_cast<std::size_t>(std::countr_zero(flags)) / 8; }
-}  // namespace swar
+namespace swar = policy::swar;
 
 // Thrown inside a Store transaction to roll it back with a specific error.
 struct Abort {
@@ -63,11 +50,7 @@ Escalation read_escalation(const RowView& row);
 
 // Headers as a JSON array of [name, value] pairs.
 std::string encode_headers(const Headers& headers);
-// s as a JSON string appended to out, escaped exactly as Boost.JSON's
-// serializer does (quote, backslash and control characters; every other byte
-// as is), so that text written with it reads as one serialised from a
-// document. For the ledger's hot paths, which write JSON without building one.
-void append_json_string(std::string& out, std::string_view s);
+using policy::append_json_string;  // the ledger's hot paths write JSON without a document
 // Room enough for headers as JSON [name, value] pairs (a reserve's estimate).
 inline std::size_t headers_json_size(const Headers& headers) {
   std::size_t size = 2;

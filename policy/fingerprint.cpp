@@ -3,13 +3,14 @@
 
 #include "policy/hmac.hpp"
 #include "policy/json_parse.hpp"
+#include "policy/json_string.hpp"
 #include "policy/json_pointer.hpp"
 #include "policy/mcp.hpp"
 #include "policy/normalize.hpp"
 #include "policy/pattern.hpp"
 #include "policy/percent.hpp"
 
-#include <boost/json/serialize.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -35,10 +36,16 @@ std::string lowercase(std::string_view text) {
   return out;
 }
 
+template <class Int>
+void append_integer(std::string& out, Int n) {
+  char digits[24];
+  out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
+}
+
 void append_canonical_number(std::string& out, double number) {
   // Integral values print as integers so 1.0, 1e0 and 1 agree.
   if (std::isfinite(number) && number == std::trunc(number) && std::fabs(number) < 9.2e18) {
-    out += std::to_string(static_cast<long long>(number));
+    append_integer(out, static_cast<long long>(number));
     return;
   }
   char buffer[32];
@@ -50,10 +57,12 @@ void append_canonical(std::string& out, const boost::json::value& value) {
   switch (value.kind()) {
     case boost::json::kind::null: out += "null"; break;
     case boost::json::kind::bool_: out += value.get_bool() ? "true" : "false"; break;
-    case boost::json::kind::int64: out += std::to_string(value.get_int64()); break;
-    case boost::json::kind::uint64: out += std::to_string(value.get_uint64()); break;
+    case boost::json::kind::int64: append_integer(out, value.get_int64()); break;
+    case boost::json::kind::uint64: append_integer(out, value.get_uint64()); break;
     case boost::json::kind::double_: append_canonical_number(out, value.get_double()); break;
-    case boost::json::kind::string: out += boost::json::serialize(value.get_string()); break;
+    // Escaped as Boost.JSON's serializer escapes (the bytes every stored
+    // fingerprint was made of), without a serializer a string.
+    case boost::json::kind::string: append_json_string(out, value.get_string()); break;
     case boost::json::kind::array: {
       out += '[';
       bool first = true;
@@ -66,7 +75,7 @@ void append_canonical(std::string& out, const boost::json::value& value) {
     }
     case boost::json::kind::object: {
       const auto& object = value.get_object();
-      std::vector<const boost::json::key_value_pair*> members;
+      boost::container::small_vector<const boost::json::key_value_pair*, 16> members;
       for (const auto& member : object) members.push_back(&member);
       std::sort(members.begin(), members.end(),
                 [](const auto* a, const auto* b) { return a->key() < b->key(); });
@@ -74,7 +83,7 @@ void append_canonical(std::string& out, const boost::json::value& value) {
       bool first = true;
       for (const auto* member : members) {
         if (!std::exchange(first, false)) out += ',';
-        out += boost::json::serialize(member->key());
+        append_json_string(out, member->key());
         out += ':';
         append_canonical(out, member->value());
       }

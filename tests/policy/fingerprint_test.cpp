@@ -6,7 +6,12 @@
 #include <boost/json/serialize.hpp>
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <random>
+#include <string>
+#include <vector>
 
 using namespace idemgate::policy;
 namespace json = boost::json;
@@ -282,6 +287,62 @@ TEST_CASE("a target that is not valid origin-form is escaped, never fails") {
   CHECK(fp("{}", "application/json", {}, "/v1/a b") != fp("{}", "application/json", {}, "/v1/a  b"));
   CHECK(fp("{}", "application/json", {}, "not-a-path%") != fp("{}", "application/json", {}, "/v1/charges"));
   CHECK(fp("{}", "application/json", {}, "/v1/%zz") == fp("{}", "application/json", {}, "/v1/%zz"));
+}
+
+namespace {
+
+// The canonical form as it was first written, through Boost.JSON's
+// serializer for every string and key: the bytes every stored fingerprint
+// was made of, which canonical_json must keep.
+std::string canonical_by_serializer(const json::value& value) {
+  switch (value.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return value.get_bool() ? "true" : "false";
+    case json::kind::int64: return std::to_string(value.get_int64());
+    case json::kind::uint64: return std::to_string(value.get_uint64());
+    case json::kind::double_: {
+      double const d = value.get_double();
+      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.2e18) return std::to_string(static_cast<long long>(d));
+      char buffer[32];
+      std::snprintf(buffer, sizeof buffer, "%.17g", d);
+      return buffer;
+    }
+    case json::kind::string: return json::serialize(value.get_string());
+    case json::kind::array: {
+      std::string out = "[";
+      for (const auto& item : value.get_array()) out += (out.size() > 1 ? "," : "") + canonical_by_serializer(item);
+      return out + "]";
+    }
+    case json::kind::object: {
+      std::vector<const json::key_value_pair*> members;
+      for (const auto& member : value.get_object()) members.push_back(&member);
+      std::sort(members.begin(), members.end(), [](const auto* a, const auto* b) { return a->key() < b->key(); });
+      std::string out = "{";
+      for (const auto* member : members)
+        out += (out.size() > 1 ? "," : "") + json::serialize(member->key()) + ":" + canonical_by_serializer(member->value());
+      return out + "}";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("canonical_json writes the bytes the serializer-built form did, for every byte in a string") {
+  std::mt19937 random(20261206);
+  for (int round = 0; round < rounds; ++round) {
+    auto const body = random_body(random);
+    CHECK(canonical_json(body) == canonical_by_serializer(body));
+  }
+  // Every byte value in a key and in a string (escapes, controls, DEL,
+  // UTF-8 and bytes that are not), at both ends and the middle of a word.
+  for (int b = 0; b < 256; ++b) {
+    std::string const c(1, static_cast<char>(b));
+    for (std::string const& text : {c, "abcdefgh" + c, c + "abcdefghij", "abc" + c + "defghijklm"}) {
+      json::value const value = json::object{{text, json::array{text, -7, 18446744073709551615ull, 2.5, 1e300, -0.0}}};
+      CHECK(canonical_json(value) == canonical_by_serializer(value));
+    }
+  }
 }
 
 TEST_CASE("fingerprints are HMAC-SHA256 under the deployment's key") {
