@@ -107,11 +107,31 @@ std::string_view header_value(const Headers& headers, std::string_view name) {
   return {};
 }
 
+// The media type of a Content-Type value, optional white space (spaces and
+// tabs) around it dropped.
+std::string_view media_type(std::string_view content_type) {
+  auto type = content_type.substr(0, content_type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+  return type;
+}
+
 bool is_form(std::string_view content_type) {
-  auto semi = content_type.find(';');
-  auto type = content_type.substr(0, semi);
-  while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
-  return iequals(type, "application/x-www-form-urlencoded");
+  return iequals(media_type(content_type), "application/x-www-form-urlencoded");
+}
+
+// Declared JSON (application/json, any +json type), or written like it (an
+// object or an array, after white space or a byte order mark): what a
+// provider may read as JSON though Boost.JSON refuses it (invalid UTF-8, a
+// lone surrogate, deeper than 32, trailing bytes).
+bool may_be_json(std::string_view body, std::string_view content_type) {
+  auto const type = media_type(content_type);
+  if (iequals(type, "application/json") ||
+      (type.size() > 5 && iequals(type.substr(type.size() - 5), "+json")))
+    return true;
+  if (body.starts_with("\xef\xbb\xbf")) body.remove_prefix(3);
+  auto const first = body.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && (body[first] == '{' || body[first] == '[');
 }
 
 // "/card/number" -> "card[number]" (the pointer's ~1 and ~0 escapes undone).
@@ -277,10 +297,17 @@ Headers redact_headers(const Headers& headers, const config::Redact& rules) {
 std::string redact_body(std::string_view body, std::string_view content_type,
                         const config::Redact& rules) {
   if (rules.body.empty() || body.empty()) return std::string(body);
-  if (is_form(content_type)) return redact_form(body, rules);
   boost::system::error_code ec;
   auto doc = boost::json::parse(body, ec);
-  if (ec) return std::string(body);
+  if (ec) {
+    if (is_form(content_type)) return redact_form(body, rules);
+    // JSON the rules cannot reach into: none of it is kept (as for an
+    // answer cut before it was stored).
+    if (may_be_json(body, content_type)) return {};
+    return std::string(body);
+  }
+  // JSON, whatever its label says (a provider may ignore the label): the
+  // rules apply to the document.
   bool changed = false;
   for (const auto& pointer : rules.body) {
     boost::system::error_code pec;
@@ -294,7 +321,12 @@ std::string redact_body(std::string_view body, std::string_view content_type,
   // ({"card":{"number":"4242..."},"card":null}). Such a body is kept as the
   // document, one value a key, redacted.
   if (!changed && json_members(body, boost::json::parse_options{}.max_depth) != members_of(doc)) changed = true;
-  return changed ? boost::json::serialize(doc) : std::string(body);
+  if (!changed) return std::string(body);
+  auto redacted = boost::json::serialize(doc);
+  // A number past a double's range serialises as Infinity, which is not
+  // JSON: such a document is not kept either.
+  if (!json_members(redacted, boost::json::parse_options{}.max_depth)) return {};
+  return redacted;
 }
 
 std::string redact_target(std::string_view target, const config::Redact& rules) {

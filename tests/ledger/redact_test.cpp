@@ -7,6 +7,8 @@
 
 #include <boost/json.hpp>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace idemgate::ledger;
@@ -62,6 +64,39 @@ TEST_CASE("unit: a field the rules name cannot hide behind a key written twice")
   // Without a repeated key, a body no rule finds anything in is kept as sent.
   CHECK(redact_body(R"({"card": {"cvc": 1}, "a": [{"a": 1}, {"a": 2}]})", "application/json", rules()) ==
         R"({"card": {"cvc": 1}, "a": [{"a": 1}, {"a": 2}]})");
+}
+
+TEST_CASE("unit: with redact.body set, a JSON body the rules cannot reach into is not kept") {
+  std::string const secret = "4242424242424242";
+  std::string const card = R"({"card":{"number":")" + secret + R"("})";
+  // What Boost.JSON refuses but a provider may read as JSON: invalid UTF-8,
+  // nesting past 32, a lone surrogate, a byte order mark, trailing bytes.
+  std::vector<std::pair<std::string, std::string>> const unreadable{
+      {card + R"(,"n":")" + "\xff" + "\"}", "application/json"},
+      {card + R"(,"x":)" + std::string(33, '[') + std::string(33, ']') + "}", "application/json"},
+      {card + R"(,"x":"\ud800"})", "application/json; charset=utf-8"},
+      {"\xef\xbb\xbf" + card + "}", "text/plain"},
+      {card + "}x", "application/vnd.api+json"},
+      {" [" + card + R"(}, 1e2147483648])", ""},
+  };
+  for (auto const& [body, type] : unreadable) {
+    CHECK(redact_body(body, type, rules()).empty());
+    CHECK(redact_request({"POST", "/v1/charges", {{"Content-Type", type}}, body}, rules()).find(secret) ==
+          std::string::npos);
+    CHECK(redact_response(StoredResponse{200, {{"Content-Type", type}}, body}, rules(), 1 << 20).body.empty());
+  }
+  // Without rules nothing is dropped; a body that is not JSON stays.
+  CHECK(redact_body(std::get<0>(unreadable[0]), "application/json", {}) == std::get<0>(unreadable[0]));
+  CHECK(redact_body("card number " + secret, "text/plain", rules()) == "card number " + secret);
+  // JSON labelled as a form is JSON to the rules (a provider may ignore the
+  // label); a form type with a tab before its parameters is still a form.
+  CHECK(redact_body(card + "}", "application/x-www-form-urlencoded", rules()) ==
+        R"({"card":{"number":"[redacted]"}})");
+  CHECK(redact_body("card[number]=" + secret, "application/x-www-form-urlencoded\t; charset=utf-8", rules()) ==
+        "card[number]=%5Bredacted%5D");
+  // A document rewritten (a repeated key) that would serialise a number past
+  // a double's range as Infinity, which is not JSON, is not kept either.
+  CHECK(redact_body(R"({"a":1,"a":2,"x":1e999})", "application/json", rules()).empty());
 }
 
 TEST_CASE("unit: redact_response caps the body and flags it") {
