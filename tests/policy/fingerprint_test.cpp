@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -335,14 +336,29 @@ TEST_CASE("canonical_json writes the bytes the serializer-built form did, for ev
     CHECK(canonical_json(body) == canonical_by_serializer(body));
   }
   // Every byte value in a key and in a string (escapes, controls, DEL,
-  // UTF-8 and bytes that are not), at both ends and the middle of a word.
+  // UTF-8 and bytes that are not), at every offset of a 24-byte string (the
+  // first, second and third eight-byte words), alone and with a second one.
   for (int b = 0; b < 256; ++b) {
-    std::string const c(1, static_cast<char>(b));
-    for (std::string const& text : {c, "abcdefgh" + c, c + "abcdefghij", "abc" + c + "defghijklm"}) {
-      json::value const value = json::object{{text, json::array{text, -7, 18446744073709551615ull, 2.5, 1e300, -0.0}}};
-      CHECK(canonical_json(value) == canonical_by_serializer(value));
+    for (std::size_t at = 0; at < 24; ++at) {
+      std::string text(24, 'a');
+      text[at] = static_cast<char>(b);
+      std::string twice = text;
+      twice[(at + 9) % 24] = '"';
+      for (std::string const& t : {text, twice, text.substr(0, at + 1)}) {
+        json::value const value = json::object{{t, json::array{t}}};
+        CHECK(canonical_json(value) == canonical_by_serializer(value));
+      }
     }
   }
+  // Integers at their ends, integral doubles about the 9.2e18 cut, -0.0.
+  json::value const numbers = json::array{std::numeric_limits<std::int64_t>::min(),
+                                          std::numeric_limits<std::int64_t>::max(),
+                                          std::numeric_limits<std::uint64_t>::max(),
+                                          9.2e18, -9.2e18, 9.1e18, -9.1e18, 1e300, -0.0, 0.1, 2.5};
+  CHECK(canonical_json(numbers) == canonical_by_serializer(numbers));
+  // And fixed bytes, whatever the serializer of the day writes.
+  json::value const fixed = json::object{{"z\x01", json::array{"\"\\/\b\f\n\r\t\x7f\xc3\xa9", -1, 1.5}}, {"a", true}};
+  CHECK(canonical_json(fixed) == "{\"a\":true,\"z\\u0001\":[\"\\\"\\\\/\\b\\f\\n\\r\\t\x7f\xc3\xa9\",-1,1.5]}");
 }
 
 TEST_CASE("fingerprints are HMAC-SHA256 under the deployment's key") {
