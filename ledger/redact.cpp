@@ -11,6 +11,7 @@
 #include <iterator>
 #include <optional>
 #include <cctype>
+#include <cstdint>
 
 namespace idemgate::ledger {
 
@@ -84,13 +85,43 @@ bool holds_credential_word(std::string_view name) {
   return false;
 }
 
-bool is_secret_header(std::string_view name, const config::Redact& rules) {
-  auto same = [&](std::string_view s) { return iequals(name, s); };
-  if (std::any_of(rules.headers.begin(), rules.headers.end(), same)) return true;
+// A default credential header, by the default names and words alone.
+bool is_default_secret_header(std::string_view name) {
   Folded const f(name);
   return std::find(std::begin(default_secret_headers), std::end(default_secret_headers), f.view()) !=
              std::end(default_secret_headers) ||
          holds_credential_word(f.view());
+}
+
+// is_default_secret_header remembered per thread for the names seen last:
+// every header of every guarded request and answer is looked at, and a
+// proxy sees the same few names over and over. The verdict depends on the
+// name's bytes alone (no configuration), so a remembered one never goes
+// stale; a slot holds one name, the last to land on it.
+bool is_default_secret_header_remembered(std::string_view name) {
+  struct Slot {
+    std::string name;
+    bool secret = false;
+    bool used = false;
+  };
+  constexpr std::size_t kSlots = 64;
+  constexpr std::size_t kLongest = 64;  // longer names are not kept
+  thread_local std::array<Slot, kSlots> slots;
+  if (name.size() > kLongest) return is_default_secret_header(name);
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (char c : name) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  auto& slot = slots[hash % kSlots];
+  if (slot.used && slot.name == name) return slot.secret;
+  slot.secret = is_default_secret_header(name);
+  slot.name.assign(name);
+  slot.used = true;
+  return slot.secret;
+}
+
+bool is_secret_header(std::string_view name, const config::Redact& rules) {
+  auto same = [&](std::string_view s) { return iequals(name, s); };
+  if (std::any_of(rules.headers.begin(), rules.headers.end(), same)) return true;
+  return is_default_secret_header_remembered(name);
 }
 
 bool is_secret_query_name(std::string_view decoded, const config::Redact& rules) {

@@ -7,6 +7,8 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -249,6 +251,29 @@ TEST_CASE("unit: a JSON string is escaped as Boost.JSON escapes it, wherever the
         idemgate::ledger::detail::append_json_string(out, s);
         CHECK(out == boost::json::serialize(boost::json::string_view(s)));
       }
+}
+
+TEST_CASE("unit: a header's verdict is the same the first time and every time after, whatever came between") {
+  // The verdicts are remembered per thread in a small table: hundreds of
+  // names land on the same slots, each asked again after the others.
+  Headers in;
+  for (int i = 0; i < 300; ++i) {
+    in.emplace_back("X-Plain-" + std::to_string(i), "kept");
+    in.emplace_back("X-Token-" + std::to_string(i), "s");
+    in.emplace_back(i % 2 ? "authorization" : "AUTHORIZATION", "s");
+    in.emplace_back("X-" + std::string(70 + i % 3, 'p'), "kept");
+  }
+  for (int round = 0; round < 3; ++round) {
+    auto const out = redact_headers(in, {});
+    REQUIRE(out.size() == 600);
+    for (auto const& [name, value] : out) CHECK(value == "kept");
+  }
+  // The configured names still count, remembered verdicts or not.
+  idemgate::config::Redact r;
+  r.headers = {"x-plain-7"};
+  auto const out = redact_headers(in, r);
+  CHECK(out.size() == 599);
+  CHECK(std::none_of(out.begin(), out.end(), [](const auto& h) { return h.first == "X-Plain-7"; }));
 }
 
 TEST_CASE("unit: header names longer than the folding buffer are still recognised") {
