@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <array>
-#include <iterator>
-#include <optional>
 #include <cctype>
 #include <cstdint>
+#include <iterator>
+#include <optional>
 
 namespace idemgate::ledger {
 
@@ -244,10 +244,6 @@ std::string redact_form(std::string_view body, const config::Redact& rules) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // A basic_parser handler that keeps nothing but the number of members its
 // objects hold as written: the parse says whether the text is JSON, by
 // boost::json::parse's rules (parse_options{}: no comments, no trailing
@@ -285,8 +281,10 @@ struct Validate {
   std::size_t members = 0;
 };
 
-// A snapshot's body nests one level below the snapshot itself.
-constexpr std::size_t kBodyDepth = boost::json::parse_options{}.max_depth - 1;
+// The depth boost::json::parse allows a document; a snapshot's body nests
+// one level below the snapshot itself.
+constexpr std::size_t kDocumentDepth = boost::json::parse_options{}.max_depth;
+constexpr std::size_t kBodyDepth = kDocumentDepth - 1;
 
 // The members of the objects in `text` as written, when it is JSON nesting
 // at most `depth` deep.
@@ -351,12 +349,12 @@ std::string redact_body(std::string_view body, std::string_view content_type,
   // document: a field the rules name may hide in an earlier one
   // ({"card":{"number":"4242..."},"card":null}). Such a body is kept as the
   // document, one value a key, redacted.
-  if (!changed && json_members(body, boost::json::parse_options{}.max_depth) != members_of(doc)) changed = true;
+  if (!changed && json_members(body, kDocumentDepth) != members_of(doc)) changed = true;
   if (!changed) return std::string(body);
   auto redacted = boost::json::serialize(doc);
   // A number past a double's range serialises as Infinity, which is not
   // JSON: such a document is not kept either.
-  if (!json_members(redacted, boost::json::parse_options{}.max_depth)) return {};
+  if (!json_members(redacted, kDocumentDepth)) return {};
   return redacted;
 }
 

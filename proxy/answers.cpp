@@ -80,7 +80,7 @@ AnswerTo answer_to(const Call& c) {
 
 // `head` as head_of left it (its views valid until this returns), with a
 // body of which the first bytes are `body` (all of it unless tail is set);
-// `extra` adds the fields a replay says more (after the Idemgate-* ones).
+// `extra` adds the fields a replay says more (before the Idemgate-* ones).
 template <class Extra>
 asio::awaitable<ForwardResult> write_response(Call& c, AnswerHead& head, std::string_view body, AnswerTail* tail,
                                               Extra extra) {
