@@ -59,6 +59,7 @@
 #include "ledger/store.hpp"
 #include "ledger/types.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
 #include <atomic>
@@ -75,6 +76,23 @@ namespace idemgate::ledger {
 
 template <class T>
 using Awaitable = boost::asio::awaitable<Result<T>>;
+
+// A Result on the heap: what passes through the awaitables between the
+// ledger and its caller is a pointer, not the Intent a Result may hold
+// (dozens of members, moved at each co_await and co_return it crosses).
+template <class T>
+using Boxed = std::unique_ptr<Result<T>>;
+
+// Told how a call its caller does not wait for ended (Ledger::record_outcome
+// with a watcher): once, on the executor given with it, and given back its
+// own ownership (`self` is this watcher). Destroyed untold if that
+// executor's context goes first.
+template <class T>
+class Watcher {
+ public:
+  virtual ~Watcher() = default;
+  virtual void done(std::unique_ptr<Watcher> self, Result<T> result) = 0;
+};
 
 struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
@@ -136,12 +154,16 @@ class Ledger {
   // is sent by the calling thread itself, holding that writer meanwhile:
   // admissions arriving then queue for the workers' next batch, as they
   // would behind a worker's.
-  Awaitable<Admission> admit(AdmitRequest request, RequestSnapshot snapshot);
+  // Boxed: every guarded write awaits one, through the proxy's helpers.
+  boost::asio::awaitable<Boxed<Admission>> admit(AdmitRequest request, RequestSnapshot snapshot);
   // Steps 3-6: may this process dispatch attempt n+1 now, given the state the
   // verdict was made from? (Store::begin_attempt: compare-and-set, leased.)
   Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
   // The response is redacted and capped at response_cap before it is stored.
   Awaitable<Intent> record_outcome(Outcome outcome);
+  // The same for a caller that does not wait: `watcher` is told the result
+  // on `executor` (a record kept in the background costs no coroutine).
+  void record_outcome(Outcome outcome, boost::asio::any_io_executor executor, std::unique_ptr<Watcher<Intent>> watcher);
   // What record_outcome stores of the response, done now (for a caller that
   // shows it before it is recorded); this ledger's record_outcome then
   // leaves it as it is (Outcome::redacted_by), any other ledger's redacts it
@@ -222,8 +244,10 @@ class Ledger {
   template <class T, class Op>
   Awaitable<T> call(Order order, Op op);
   // Enqueues a JobT<Handler>(request, handler, stats) answering Result<T>.
-  template <class T, template <class> class JobT, class Request>
-  Awaitable<T> submit(Request request);
+  // Enqueues a JobT<Handler>(request, handler, stats) answering `Value`:
+  // Result<T>, or Boxed<T> (see jobs::Completion).
+  template <class Value, template <class> class JobT, class Request>
+  boost::asio::awaitable<Value> submit(Request request);
   // Runs the batch's calls; answers none of them (the caller does, with the
   // error every call fails with, if any, once its writer lane is free).
   boost::system::error_code run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch);

@@ -25,10 +25,10 @@ Awaitable<T> Ledger::call(Order order, Op op) {
       asio::use_awaitable);
 }
 
-template <class T, template <class> class JobT, class Request>
-Awaitable<T> Ledger::submit(Request request) {
+template <class Value, template <class> class JobT, class Request>
+asio::awaitable<Value> Ledger::submit(Request request) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<T>)>(
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Value)>(
       [this, request = std::move(request)](auto handler) mutable {
         using Handler = decltype(handler);
         enqueue(std::make_unique<JobT<Handler>>(std::move(request), std::move(handler), stats_));
@@ -38,10 +38,10 @@ Awaitable<T> Ledger::submit(Request request) {
 
 Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSnapshot snapshot) {
   request.request_snapshot = redact_request(snapshot, options_.redact);
-  return submit<Reservation, ReserveJob>(std::move(request));
+  return submit<Result<Reservation>, ReserveJob>(std::move(request));
 }
 
-Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
+asio::awaitable<Boxed<Admission>> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
   request.reserve.request_snapshot = redact_request(snapshot, options_.redact);
   if (request.first_attempt) request.first_attempt->replica = options_.replica_id;
   auto const number = admissions_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -67,7 +67,7 @@ Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapsho
         stats_.calls.fetch_add(1, std::memory_order_relaxed);
         stats_.errors.fetch_add(1, std::memory_order_relaxed);
         stats_.latency.observe(std::chrono::steady_clock::now() - start);
-        co_return Result<Admission>(first->error());
+        co_return std::make_unique<Result<Admission>>(first->error());
       }
       stats_.direct_admissions.fetch_add(1, std::memory_order_relaxed);
       stats_.reserve_batches.fetch_add(1, std::memory_order_relaxed);
@@ -77,7 +77,7 @@ Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapsho
         stats_.batches.fetch_add(1, std::memory_order_relaxed);
         stats_.batched_jobs.fetch_add(1, std::memory_order_relaxed);
         stats_.latency.observe(std::chrono::steady_clock::now() - start);
-        co_return Result<Admission>(std::move(*whole));
+        co_return std::make_unique<Result<Admission>>(std::move(*whole));
       }
       // The charge was refused or a live intent holds the fingerprint: the
       // rest (a read, or the batch's reservation) on a worker, counted as
@@ -90,12 +90,12 @@ Awaitable<Admission> Ledger::admit(AdmitRequest request, RequestSnapshot snapsho
       auto rest = co_await call<Admission>(std::move(order), std::move(op));
       if (!rest && (rest.error() == errc::busy || rest.error() == errc::queue_full ||
                     rest.error() == errc::shutting_down))
-        co_return Result<Admission>(errc::unavailable);
-      co_return rest;
+        co_return std::make_unique<Result<Admission>>(errc::unavailable);
+      co_return std::make_unique<Result<Admission>>(std::move(rest));
     }
     // Nothing was written: the workers do it.
   }
-  co_return co_await submit<Admission, AdmitJob>(std::move(request));
+  co_return co_await submit<Boxed<Admission>, AdmitJob>(std::move(request));
 }
 
 Awaitable<AttemptStart> Ledger::begin_attempt(AttemptRequest request) {
@@ -115,7 +115,37 @@ void Ledger::redact(Outcome& outcome) const {
 
 Awaitable<Intent> Ledger::record_outcome(Outcome outcome) {
   redact(outcome);
-  return submit<Intent, OutcomeJob>(std::move(outcome));
+  return submit<Result<Intent>, OutcomeJob>(std::move(outcome));
+}
+
+namespace {
+
+// A Watcher as a completion handler: its executor is the one it was given.
+template <class T>
+class WatcherHandler {
+ public:
+  using executor_type = asio::any_io_executor;
+  WatcherHandler(executor_type executor, std::unique_ptr<Watcher<T>> watcher)
+      : executor_(std::move(executor)), watcher_(std::move(watcher)) {}
+  executor_type get_executor() const noexcept { return executor_; }
+  void operator()(Result<T> result) {
+    auto& watcher = *watcher_;
+    watcher.done(std::move(watcher_), std::move(result));
+  }
+
+ private:
+  executor_type executor_;
+  std::unique_ptr<Watcher<T>> watcher_;
+};
+
+}  // namespace
+
+void Ledger::record_outcome(Outcome outcome, asio::any_io_executor executor, std::unique_ptr<Watcher<Intent>> watcher) {
+  stats_.calls.fetch_add(1, std::memory_order_relaxed);
+  redact(outcome);
+  using Handler = WatcherHandler<Intent>;
+  enqueue(std::make_unique<OutcomeJob<Handler>>(std::move(outcome), Handler(std::move(executor), std::move(watcher)),
+                                                stats_));
 }
 
 Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {
@@ -169,7 +199,7 @@ Awaitable<std::vector<Intent>> Ledger::claim_lookups(std::vector<LookupDue> due,
 }
 
 Awaitable<RunCharge> Ledger::count_call(std::string run, std::int64_t budget, CallKind kind) {
-  return submit<RunCharge, ChargeJob>(ChargeRequest{std::move(run), budget, kind});
+  return submit<Result<RunCharge>, ChargeJob>(ChargeRequest{std::move(run), budget, kind});
 }
 
 Awaitable<Run> Ledger::find_run(std::string run) {

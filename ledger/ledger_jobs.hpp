@@ -66,8 +66,10 @@ class Ledger::Job {
 
 namespace jobs {
 
-// Posts a Result to a completion handler on the handler's own executor.
-template <class T, class Handler>
+// Posts a Result to a completion handler on the handler's own executor:
+// the Result itself, or (kBoxed) the box it is in, for a handler that takes
+// a Boxed<T> (Ledger::admit's).
+template <class T, class Handler, bool kBoxed = false>
 class Completion {
  public:
   Completion(Handler handler, LedgerStats& stats)
@@ -77,14 +79,20 @@ class Completion {
         stats_(stats) {}
 
   void operator()(Result<T>&& result) {
-    if (result.has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
-    stats_.latency.observe(std::chrono::steady_clock::now() - start_);
     // Boxed: a Result holds an Intent (dozens of members), moved once
     // here; post's wrappers then move a pointer, not the Result. Boxed before
     // the handler is taken: an allocation that fails leaves it in place.
-    auto boxed = std::make_unique<Result<T>>(std::move(result));
+    (*this)(std::make_unique<Result<T>>(std::move(result)));
+  }
+  void operator()(Boxed<T> boxed) {
+    if (boxed->has_error()) stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    stats_.latency.observe(std::chrono::steady_clock::now() - start_);
     asio::post(work_, [handler = std::move(handler_), boxed = std::move(boxed)]() mutable {
-      std::move(handler)(std::move(*boxed));
+      if constexpr (kBoxed) {
+        std::move(handler)(std::move(boxed));
+      } else {
+        std::move(handler)(std::move(*boxed));
+      }
     });
   }
 
@@ -215,13 +223,12 @@ class AdmitJob final : public Ledger::Job {
     if (!reservation_ || !charge_result_) return complete_(Result<Admission>(error_code(errc::storage_failure)));
     if (!*reservation_) return complete_(Result<Admission>(reservation_->error()));
     if (!*charge_result_) return complete_(Result<Admission>(charge_result_->error()));
-    Admission admission{**charge_result_, std::move(**reservation_), std::nullopt};
-    if (start_) {
-      if (!*start_) return complete_(Result<Admission>(start_->error()));
-      admission.start = **start_;
-      if (begun_) admission.reservation.intent = std::move(*begun_);  // as begin_attempts left it
-    }
-    complete_(Result<Admission>(std::move(admission)));
+    if (start_ && !*start_) return complete_(Result<Admission>(start_->error()));
+    // Made in its box, with the intent as begin_attempts left it, if it ran.
+    if (start_ && begun_) (*reservation_)->intent = std::move(*begun_);
+    auto boxed = std::make_unique<Result<Admission>>(Admission{**charge_result_, std::move(**reservation_), std::nullopt});
+    if (start_) (*boxed)->start = **start_;
+    complete_(std::move(boxed));
   }
   void fail(error_code why) override { complete_(Result<Admission>(why)); }
 
@@ -233,7 +240,7 @@ class AdmitJob final : public Ledger::Job {
   std::optional<Result<FirstStart>> start_;
   std::optional<Intent> begun_;  // the intent begin_attempts gave, if it ran
   std::optional<Result<Admission>> whole_;  // done by Store::admit_alone
-  Completion<Admission, Handler> complete_;
+  Completion<Admission, Handler, true> complete_;  // answers a Boxed<Admission>
 };
 
 inline Ledger::Order intent_order(std::int64_t id) { return {Ledger::Order::intents, {}, id}; }

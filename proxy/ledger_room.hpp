@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 
 namespace idemgate::proxy {
@@ -17,6 +18,16 @@ namespace idemgate::proxy {
 // How long a request waits for room in the ledger's queue before it is
 // refused (503 ledger_unavailable).
 inline constexpr std::chrono::milliseconds kLedgerRoomWait{1000};
+
+// The Result a ledger call answered, in its box or not.
+template <class T>
+const ledger::Result<T>& ledger_result(const ledger::Result<T>& result) {
+  return result;
+}
+template <class T>
+const ledger::Result<T>& ledger_result(const std::unique_ptr<ledger::Result<T>>& result) {
+  return *result;
+}
 
 // Makes the ledger call `call()` and, while it is refused with
 // errc::queue_full (the queue was full: the call never ran), makes it again
@@ -34,7 +45,8 @@ auto with_ledger_room(MakeCall call) -> decltype(call()) {
   std::optional<boost::asio::steady_timer> timer;
   for (auto step = 1ms;; step = std::min(step * 2, 50ms)) {
     auto result = co_await call();
-    if (result || result.error() != ledger::errc::queue_full || std::chrono::steady_clock::now() + step > end)
+    if (const auto& r = ledger_result(result);
+        r || r.error() != ledger::errc::queue_full || std::chrono::steady_clock::now() + step > end)
       co_return result;
     if (!timer) timer.emplace(co_await boost::asio::this_coro::executor);
     timer->expires_after(step);

@@ -107,36 +107,102 @@ void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
 
 // Tries until the record lands, is superseded or `until` passes; tries
 // before first_try were made already (on the request path). `entry`, if any,
-// is the record's line in the pending table, removed when this ends.
-asio::awaitable<void> keep_recording(ledger::Ledger& ledger, ledger::Outcome outcome, ledger::TimePoint until,
-                                     int first_try, std::optional<PendingEntry> entry) {
-  for (int tries = first_try;; ++tries) {
-    if (tries) co_await backoff(tries);
-    ledger::Outcome copy = outcome;
-    auto recorded = co_await ledger.record_outcome(std::move(copy));
+// is the record's line in the pending table, removed when this ends. A
+// Watcher, not a coroutine: every answered write hands one over, and the
+// ledger's completion calls it directly. It owns itself from start() on:
+// through the ledger's call, then through its backoff timer's wait.
+class Recorder final : public ledger::Watcher<ledger::Intent> {
+ public:
+  // Counted pending at once; `start` may yet drop it.
+  Recorder(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome&& outcome, ledger::TimePoint until,
+           int first_try, std::optional<PendingEntry>&& entry)
+      : executor_(std::move(executor)),
+        ledger_(ledger),
+        outcome_(std::move(outcome)),
+        until_(until),
+        tries_(first_try),
+        entry_(std::move(entry)) {}
+  ~Recorder() override {
+    if (counted_) pending.fetch_sub(1);
+  }
+
+  // Starts `self` unless too many are pending (then it is dropped, logged).
+  static void start(std::unique_ptr<Recorder> self) {
+    if (pending.fetch_add(1) >= kMaxPendingRecords) {
+      pending.fetch_sub(1);
+      log_event("ledger_record_dropped", {{"what", "record_outcome"}, {"pending", kMaxPendingRecords}});
+      return;
+    }
+    self->counted_ = true;
+    if (self->tries_) {
+      wait(std::move(self));
+    } else {
+      attempt(std::move(self));
+    }
+  }
+
+  void done(std::unique_ptr<ledger::Watcher<ledger::Intent>> watcher,
+            ledger::Result<ledger::Intent> recorded) override {
+    std::unique_ptr<Recorder> self(static_cast<Recorder*>(watcher.release()));
+    try {
+      if (!landed(recorded)) wait(std::move(self));
+    } catch (const std::exception& ex) {
+      log_event("internal_error", {{"where", "record_outcome"}, {"error", ex.what()}});
+    }
+  }
+
+ private:
+  static void attempt(std::unique_ptr<Recorder> self) {
+    auto& r = *self;
+    ledger::Outcome copy = r.outcome_;
+    r.ledger_.record_outcome(std::move(copy), r.executor_, std::move(self));
+  }
+
+  static void wait(std::unique_ptr<Recorder> self) {
+    auto& r = *self;
+    if (!r.timer_) r.timer_.emplace(r.executor_);  // made on the first retry: most records land at once
+    r.timer_->expires_after(std::min(50ms * (1 << std::min(r.tries_, 6)), 2000ms));
+    r.timer_->async_wait([self = std::move(self)](boost::system::error_code ec) mutable {
+      if (!ec) attempt(std::move(self));
+    });
+  }
+
+  // Whether this record is over (landed, superseded or given up); false:
+  // try again after a backoff.
+  bool landed(const ledger::Result<ledger::Intent>& recorded) {
+    auto const tries = tries_++;
     if (recorded || recorded.error() == ledger::errc::illegal_transition) {
-      if (tries) log_event("ledger_record_landed", {{"intent", outcome.intent_id},
-                                                    {"attempt", outcome.attempt},
+      if (tries) log_event("ledger_record_landed", {{"intent", outcome_.intent_id},
+                                                    {"attempt", outcome_.attempt},
                                                     {"tries", tries + 1},
                                                     {"result", recorded ? "recorded" : "superseded"}});
-      break;
+      return true;
     }
     if (tries == 2)
-      log_event("ledger_record_retry", {{"intent", outcome.intent_id},
-                                        {"attempt", outcome.attempt},
-                                        {"class", outcome.answer_class},
+      log_event("ledger_record_retry", {{"intent", outcome_.intent_id},
+                                        {"attempt", outcome_.attempt},
+                                        {"class", outcome_.answer_class},
                                         {"pending", pending_records()}});
-    if (past(until)) {
-      log_event("ledger_record_lost", {{"intent", outcome.intent_id},
-                                       {"attempt", outcome.attempt},
+    if (past(until_)) {
+      log_event("ledger_record_lost", {{"intent", outcome_.intent_id},
+                                       {"attempt", outcome_.attempt},
                                        {"tries", tries + 1},
                                        {"error", recorded.error().message()},
                                        {"detail", "the attempt's lease turns it unknown; it is reconciled before any re-send"}});
-      break;
+      return true;
     }
+    return false;
   }
-  entry.reset();  // durable (or given up): no longer pending
-}
+
+  asio::any_io_executor executor_;
+  ledger::Ledger& ledger_;
+  ledger::Outcome outcome_;
+  ledger::TimePoint until_;
+  int tries_;
+  std::optional<PendingEntry> entry_;  // durable (or given up): no longer pending once this goes
+  std::optional<asio::steady_timer> timer_;
+  bool counted_ = false;
+};
 
 }  // namespace
 
@@ -152,9 +218,9 @@ ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledge
   before.request_snapshot.clear();
   ledger::Intent shown = before;
   before.request_snapshot = std::move(snapshot);
-  PendingEntry entry(ledger, std::move(before), outcome.response);
-  spawn_bounded(std::move(executor), "record_outcome",
-                keep_recording(ledger, std::move(outcome), keep_trying_until, 0, std::move(entry)));
+  std::optional<PendingEntry> entry(std::in_place, ledger, std::move(before), outcome.response);
+  Recorder::start(std::make_unique<Recorder>(std::move(executor), ledger, std::move(outcome), keep_trying_until, 0,
+                                             std::move(entry)));
   return shown;
 }
 
@@ -231,8 +297,9 @@ asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& le
                                     {"attempt", outcome.attempt},
                                     {"class", outcome.answer_class},
                                     {"pending", pending_records() + 1}});
-  auto executor = co_await asio::this_coro::executor;
-  spawn_bounded(executor, "record_outcome", keep_recording(ledger, std::move(outcome), keep_trying_until, 3, std::nullopt));
+  std::optional<PendingEntry> none;
+  Recorder::start(std::make_unique<Recorder>(co_await asio::this_coro::executor, ledger, std::move(outcome),
+                                             keep_trying_until, 3, std::move(none)));
   co_return std::nullopt;
 }
 

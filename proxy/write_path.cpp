@@ -156,7 +156,8 @@ class WritePath {
         ar.first_attempt = ledger::FirstAttempt{c_.tool.retry.bound + 1, attempt_lease(c_.cfg)};
       return c_.ledger.admit(std::move(ar), std::move(snap));
     };
-    auto admitted = co_await with_ledger_room(admit);
+    auto admitted_box = co_await with_ledger_room(admit);
+    auto& admitted = *admitted_box;
     if (!admitted) co_return false;
     apply_charge(c_, admitted->charge, in_);
     auto* reservation = &admitted->reservation;

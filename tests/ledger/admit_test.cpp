@@ -32,7 +32,7 @@ struct Admitted {
 boost::asio::awaitable<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest request) {
   Admitted out;
   RequestSnapshot snapshot;
-  out.admission = co_await ledger.admit(std::move(request), std::move(snapshot));
+  out.admission = co_await unboxed(ledger.admit(std::move(request), std::move(snapshot)));
   if (!out.admission || !out.admission->start || out.admission->start->outcome != AttemptOutcome::started)
     co_return out;
   auto outcome = completed(out.admission->reservation.intent.id, out.admission->start->attempt);
@@ -74,7 +74,7 @@ LEDGER_CONFORMANCE(admit_one_commit, "admit: charge, reservation and first attem
 
   // The same payload again: the live intent, no charge-free start.
   RequestSnapshot snapshot;
-  auto again = run(ledger->admit(admit_request("fp-1", "k-2"), std::move(snapshot)));
+  auto again = run(unboxed(ledger->admit(admit_request("fp-1", "k-2"), std::move(snapshot))));
   REQUIRE(again.has_value());
   CHECK(again->reservation.outcome == ReserveOutcome::existing);
   CHECK(again->reservation.intent.state == IntentState::completed);
@@ -87,13 +87,13 @@ LEDGER_CONFORMANCE(admit_budget, "admit: no attempt begins past the run's budget
   auto ledger = open_ledger(backend);
   for (int i = 0; i < 2; ++i) {
     RequestSnapshot snapshot;
-    auto a = run(ledger->admit(admit_request("b-" + std::to_string(i), "k-" + std::to_string(i), 2), std::move(snapshot)));
+    auto a = run(unboxed(ledger->admit(admit_request("b-" + std::to_string(i), "k-" + std::to_string(i), 2), std::move(snapshot))));
     REQUIRE(a.has_value());
     REQUIRE(a->start.has_value());
     CHECK(a->start->outcome == AttemptOutcome::started);
   }
   RequestSnapshot snapshot;
-  auto over = run(ledger->admit(admit_request("b-2", "k-2", 2), std::move(snapshot)));
+  auto over = run(unboxed(ledger->admit(admit_request("b-2", "k-2", 2), std::move(snapshot))));
   REQUIRE(over.has_value());
   CHECK(over->charge.outcome == ChargeOutcome::exhausted);
   CHECK(over->reservation.outcome == ReserveOutcome::reserved);  // reserved, never begun
@@ -103,7 +103,7 @@ LEDGER_CONFORMANCE(admit_budget, "admit: no attempt begins past the run's budget
   REQUIRE(run(ledger->count_call("run-2", 10, CallKind::write)).has_value());
   REQUIRE(run(ledger->freeze_run("run-2", "test")).has_value());
   RequestSnapshot snapshot2;
-  auto frozen = run(ledger->admit(admit_request("f-1", "kf-1", 10, "run-2"), std::move(snapshot2)));
+  auto frozen = run(unboxed(ledger->admit(admit_request("f-1", "kf-1", 10, "run-2"), std::move(snapshot2))));
   REQUIRE(frozen.has_value());
   CHECK(frozen->charge.outcome == ChargeOutcome::frozen);
   CHECK_FALSE(frozen->start.has_value());
@@ -416,8 +416,8 @@ LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions re
   auto reserved = run_all(std::move(reservations), 8);
   std::vector<boost::asio::awaitable<Result<Admission>>> admissions;
   for (int i = 0; i < 24; ++i)
-    admissions.push_back(ledger->admit(admit_request("as-a-" + std::to_string(i), "ka-" + std::to_string(i)),
-                                       RequestSnapshot{"POST", "/a", {}, "plain " + std::to_string(i)}));
+    admissions.push_back(unboxed(ledger->admit(admit_request("as-a-" + std::to_string(i), "ka-" + std::to_string(i)),
+                                       RequestSnapshot{"POST", "/a", {}, "plain " + std::to_string(i)})));
   auto admitted = run_all(std::move(admissions), 8);
   int started = 0;
   for (const auto& r : reserved) {

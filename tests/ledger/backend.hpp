@@ -35,6 +35,12 @@ std::unique_ptr<Backend> sqlite_backend();
 // FAILs the test (not skips) when IDEMGATE_TEST_PG is not set.
 std::unique_ptr<Backend> postgresql_backend();
 
+// Ledger::admit's answer out of its box.
+inline boost::asio::awaitable<Result<Admission>> unboxed(boost::asio::awaitable<Boxed<Admission>> boxed) {
+  auto result = co_await std::move(boxed);
+  co_return std::move(*result);
+}
+
 // Opens a Ledger on the backend, failing the test when it cannot.
 std::unique_ptr<Ledger> open_ledger(Backend& backend, const std::string& replica = "replica-a",
                                     const config::Redact& redact = {});

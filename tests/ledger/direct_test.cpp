@@ -31,7 +31,7 @@ Result<Admission> admit(Ledger& ledger, AdmitRequest request) {
     snapshot.method = "POST";
     snapshot.target = "/v1/charges";
     snapshot.body = "{\"amount\":100}";
-    co_return co_await ledger.admit(std::move(request), std::move(snapshot));
+    co_return co_await unboxed(ledger.admit(std::move(request), std::move(snapshot)));
   };
   return run(call());
 }

@@ -53,7 +53,7 @@ struct LaneLedger {
 // busy), every other store open.
 struct HeldAdmission {
   explicit HeldAdmission(bool concurrent_writers) : lanes({}, concurrent_writers) {
-    admitted = loop.spawn(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+    admitted = loop.spawn(unboxed(ledger->admit(AdmitRequest{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}}, {})));
     REQUIRE(wait_until([&] { return lanes.entered() == 1; }));
     for (auto* g : lanes.gates)
       if (g->entered()) held = g;
@@ -88,7 +88,7 @@ Outcome after_answer(std::int64_t id) {
 TEST_CASE("unit: with concurrent writers an outcome is written while an admission holds the admission writer") {
   HeldAdmission h(true);
   auto outcome = h.outcome();
-  auto second = h.loop.spawn(h.ledger->admit(AdmitRequest{reserve_request("fp-2", "k-2"), 10, FirstAttempt{3, Millis(1000)}}, {}));
+  auto second = h.loop.spawn(unboxed(h.ledger->admit(AdmitRequest{reserve_request("fp-2", "k-2"), 10, FirstAttempt{3, Millis(1000)}}, {})));
   // The outcome is written by another worker at once; the second admission
   // waits for the first one's commit.
   REQUIRE(outcome.wait_for(deadline) == std::future_status::ready);
@@ -162,7 +162,7 @@ TEST_CASE("unit: an outcome after its answer starts no batch while it gathers, a
   CHECK(lanes.entered() == 0);
   // An admission's batch (the other lane) leaves it where it is.
   AdmitRequest admit{reserve_request("fp-1", "k-1"), 10, FirstAttempt{3, Millis(1000)}};
-  CHECK(loop.spawn(lanes.ledger->admit(admit, {})).get().has_value());
+  CHECK(loop.spawn(unboxed(lanes.ledger->admit(admit, {}))).get().has_value());
   CHECK(lanes.ledger->queued() == 1);
   CHECK(!gathering_done(gathering));
   // The next batch that may take it does: a lookup's, here.

@@ -200,7 +200,7 @@ TEST_CASE("unit: an admission whose reservation did not begin its attempt carrie
   gate.release();
   Loop loop;
   AdmitRequest admit{reserve_request("fp-1", "k-1", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
-  auto a = loop.spawn(ledger->admit(admit, {})).get();
+  auto a = loop.spawn(unboxed(ledger->admit(admit, {}))).get();
   REQUIRE(a.has_value());
   CHECK(a->charge.outcome == ChargeOutcome::counted);
   REQUIRE(a->start.has_value());
@@ -225,7 +225,7 @@ TEST_CASE("unit: an admission runs its charge first, then its reservation, which
   auto running = loop.spawn(ledger->find_intent(1));
   REQUIRE(gate.wait_entered(1));
   AdmitRequest admit{reserve_request("fp-1", "k-1", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
-  auto admitted = loop.spawn(ledger->admit(admit, {}));
+  auto admitted = loop.spawn(unboxed(ledger->admit(admit, {})));
   Outcome settle;
   settle.intent_id = 9;
   settle.attempt = 1;
@@ -253,7 +253,7 @@ TEST_CASE("unit: an admission runs its charge first, then its reservation, which
 
   // Alone, an admission still is one transaction.
   AdmitRequest alone{reserve_request("fp-2", "k-2", "run-b"), 10, FirstAttempt{3, Millis(1000)}};
-  auto single = loop.spawn(ledger->admit(alone, {}));
+  auto single = loop.spawn(unboxed(ledger->admit(alone, {})));
   REQUIRE(single.get().has_value());
   CHECK(gate.transactions().size() == 2);
 }
@@ -309,7 +309,7 @@ struct DirectRig {
   Loop loop;
   std::future<Result<Admission>> admit(const std::string& fp) {
     AdmitRequest request{reserve_request(fp, "k-" + fp, "run-s"), 10, FirstAttempt{3, Millis(1000)}};
-    return loop.spawn(ledger.admit(request, {}));
+    return loop.spawn(unboxed(ledger.admit(request, {})));
   }
 
  private:

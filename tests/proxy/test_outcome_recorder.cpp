@@ -9,10 +9,13 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -23,12 +26,22 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A fresh ledger file under the system's temporary folder, removed after.
-struct LedgerFile {
+// A ledger on a fresh SQLite file under the system's temporary folder,
+// removed after.
+struct SqliteLedger {
   std::filesystem::path dir = std::filesystem::temp_directory_path() /
                               ("idemgate-recorder-" + std::to_string(std::random_device{}()));
-  LedgerFile() { std::filesystem::create_directories(dir); }
-  ~LedgerFile() {
+  std::unique_ptr<ledger::Ledger> opened;
+  SqliteLedger() {
+    std::filesystem::create_directories(dir);
+    idemgate::config::Ledger config;
+    config.url = "sqlite:" + (dir / "ledger.db").string();
+    auto result = ledger::Ledger::open(config, {}, "replica-a");
+    REQUIRE(result.has_value());
+    opened = std::move(*result);
+  }
+  ~SqliteLedger() {
+    opened.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
@@ -47,12 +60,8 @@ void run(Body body) {
 }  // namespace
 
 TEST_CASE("record_after_answer: the caller's view is light, the pending entry whole, the record lands") {
-  LedgerFile file;
-  idemgate::config::Ledger config;
-  config.url = "sqlite:" + (file.dir / "ledger.db").string();
-  auto opened = ledger::Ledger::open(config, {}, "replica-a");
-  REQUIRE(opened.has_value());
-  auto& l = **opened;
+  SqliteLedger file;
+  auto& l = *file.opened;
 
   run([&]() -> asio::awaitable<void> {
     ledger::AdmitRequest a;
@@ -65,7 +74,8 @@ TEST_CASE("record_after_answer: the caller's view is light, the pending entry wh
     a.first_attempt = ledger::FirstAttempt{2, 30s, {}};
     ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges",
                                  {{"Content-Type", "application/json"}}, R"({"amount":100})"};
-    auto admitted = co_await l.admit(std::move(a), std::move(snap));
+    auto admitted_box = co_await l.admit(std::move(a), std::move(snap));
+    auto& admitted = *admitted_box;
     REQUIRE(admitted.has_value());
     REQUIRE(admitted->start.has_value());
     auto intent = std::move(admitted->reservation.intent);
@@ -114,5 +124,113 @@ TEST_CASE("record_after_answer: the caller's view is light, the pending entry wh
     CHECK(stored->request_snapshot.find("api.example.test") != std::string::npos);
     REQUIRE(stored->response.has_value());
     CHECK(stored->response->body == R"({"id":"ch_1"})");
+  });
+}
+
+namespace {
+
+// Waits (up to 10 s, polling every millisecond) until `ready()`.
+template <class Ready>
+asio::awaitable<bool> eventually(Ready ready) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (auto const end = std::chrono::steady_clock::now() + 10s; !ready();) {
+    if (std::chrono::steady_clock::now() > end) co_return false;
+    timer.expires_after(1ms);
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+  co_return true;
+}
+
+ledger::Outcome completed_outcome(std::int64_t id) {
+  ledger::Outcome o;
+  o.intent_id = id;
+  o.attempt = 1;
+  o.state = ledger::IntentState::completed;
+  o.answer_class = "success";
+  o.status = 200;
+  o.receipt = "ch_9";
+  o.response = ledger::StoredResponse{200, {{"Content-Type", "application/json"}}, R"({"id":"ch_9"})", false};
+  return o;
+}
+
+ledger::Intent dispatched_intent(std::int64_t id);
+
+// Hands attempt 1 of intent `id` (completed, with its answer) to the
+// background record, to be tried for `within`.
+asio::awaitable<void> hand_over(ledger::Ledger& l, std::int64_t id, std::chrono::milliseconds within) {
+  idemgate::proxy::record_after_answer(co_await asio::this_coro::executor, l, completed_outcome(id),
+                                       std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + within),
+                                       dispatched_intent(id));
+}
+
+ledger::Intent dispatched_intent(std::int64_t id) {
+  ledger::Intent before;
+  before.id = id;
+  before.run = "run-1";
+  before.tool = "stripe.create_charge";
+  before.state = ledger::IntentState::dispatched;
+  before.attempts = 1;
+  return before;
+}
+
+}  // namespace
+
+TEST_CASE("record_after_answer: a record the ledger refuses is tried again until it lands") {
+  SqliteLedger file;
+  auto& l = *file.opened;
+  auto const pending_before = idemgate::proxy::pending_records();
+
+  run([&]() -> asio::awaitable<void> {
+    // The outcome of intent 1 comes before intent 1 exists: the ledger
+    // answers not_found, and the record backs off (100 ms) and tries again.
+    auto const errors = l.stats().errors.load();
+    co_await hand_over(l, 1, 30s);
+    CHECK(idemgate::proxy::pending_records() == pending_before + 1);
+    REQUIRE(co_await eventually([&] { return l.stats().errors.load() > errors; }));
+    CHECK(idemgate::proxy::pending_outcome(l, 1, 1).has_value());
+
+    // Now the intent is admitted with its first attempt begun: the next try lands.
+    ledger::AdmitRequest a;
+    a.reserve.run = "run-1";
+    a.reserve.tool = "stripe.create_charge";
+    a.reserve.scope = "run-1";
+    a.reserve.fingerprint = "fp-9";
+    a.reserve.key = "key-9";
+    a.budget = 10;
+    a.first_attempt = ledger::FirstAttempt{2, 30s, {}};
+    ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges", {}, "{}"};
+    auto admitted_box = co_await l.admit(std::move(a), std::move(snap));
+    auto& admitted = *admitted_box;
+    REQUIRE(admitted.has_value());
+    REQUIRE(admitted->reservation.intent.id == 1);
+    REQUIRE(admitted->start.has_value());
+
+    CHECK(co_await idemgate::proxy::outcome_landed(l, 1, 1, 10s));
+    auto stored = co_await l.find_intent(1);
+    REQUIRE(stored.has_value());
+    CHECK(stored->state == ledger::IntentState::completed);
+    CHECK(stored->receipt == "ch_9");
+    REQUIRE(stored->response.has_value());
+    CHECK(stored->response->body == R"({"id":"ch_9"})");
+    CHECK(co_await eventually([&] { return idemgate::proxy::pending_records() == pending_before; }));
+  });
+}
+
+TEST_CASE("record_after_answer: a record that cannot land is given up when its time is out") {
+  SqliteLedger file;
+  auto& l = *file.opened;
+  auto const pending_before = idemgate::proxy::pending_records();
+
+  run([&]() -> asio::awaitable<void> {
+    // No intent 7 ever: tried at once, after 100 ms and after 200 ms, when
+    // its 250 ms are out it is given up (the lease then turns it unknown).
+    auto const errors = l.stats().errors.load();
+    co_await hand_over(l, 7, 250ms);
+    CHECK(idemgate::proxy::pending_outcome(l, 7, 1).has_value());
+    CHECK(co_await idemgate::proxy::outcome_landed(l, 7, 1, 10s));  // no longer pending: given up
+    CHECK(l.stats().errors.load() >= errors + 2);                   // tried more than once
+    CHECK(idemgate::proxy::pending_records() == pending_before);
+    auto stored = co_await l.find_intent(7);
+    CHECK_FALSE(stored.has_value());
   });
 }
