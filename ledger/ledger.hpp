@@ -86,7 +86,7 @@ using Boxed = std::unique_ptr<Result<T>>;
 // Told how a call its caller does not wait for ended (Ledger::record_outcome
 // with a watcher): once, on the executor given with it, and given back its
 // own ownership (`self` is this watcher). Destroyed untold if that
-// executor's context goes first.
+// executor's context goes first, or if the result cannot be posted to it.
 template <class T>
 class Watcher {
  public:

@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
+#include <cassert>
 #include <map>
 #include <mutex>
 
@@ -113,7 +114,7 @@ void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
 // through the ledger's call, then through its backoff timer's wait.
 class Recorder final : public ledger::Watcher<ledger::Intent> {
  public:
-  // Counted pending at once; `start` may yet drop it.
+  // Counted pending by `start`, which may drop it instead.
   Recorder(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome&& outcome, ledger::TimePoint until,
            int first_try, std::optional<PendingEntry>&& entry)
       : executor_(std::move(executor)),
@@ -143,6 +144,7 @@ class Recorder final : public ledger::Watcher<ledger::Intent> {
 
   void done(std::unique_ptr<ledger::Watcher<ledger::Intent>> watcher,
             ledger::Result<ledger::Intent> recorded) override {
+    assert(watcher.get() == this);
     std::unique_ptr<Recorder> self(static_cast<Recorder*>(watcher.release()));
     try {
       if (!landed(recorded)) wait(std::move(self));
@@ -152,19 +154,26 @@ class Recorder final : public ledger::Watcher<ledger::Intent> {
   }
 
  private:
+  // Contained like the coroutine's exceptions were: an allocation that
+  // fails here (the copy holds a whole answer) gives the record up, logged,
+  // instead of leaving through the event loop or into the request path.
   static void attempt(std::unique_ptr<Recorder> self) {
-    auto& r = *self;
-    ledger::Outcome copy = r.outcome_;
-    r.ledger_.record_outcome(std::move(copy), r.executor_, std::move(self));
+    try {
+      auto& r = *self;
+      ledger::Outcome copy = r.outcome_;
+      r.ledger_.record_outcome(std::move(copy), r.executor_, std::move(self));
+    } catch (const std::exception& ex) {
+      log_event("internal_error", {{"where", "record_outcome"}, {"error", ex.what()}});
+    }
   }
 
   static void wait(std::unique_ptr<Recorder> self) {
     auto& r = *self;
     if (!r.timer_) r.timer_.emplace(r.executor_);  // made on the first retry: most records land at once
     r.timer_->expires_after(std::min(50ms * (1 << std::min(r.tries_, 6)), 2000ms));
-    r.timer_->async_wait([self = std::move(self)](boost::system::error_code ec) mutable {
-      if (!ec) attempt(std::move(self));
-    });
+    // Tried again whatever the wait's error (nothing cancels it), as the
+    // coroutine's backoff did.
+    r.timer_->async_wait([self = std::move(self)](boost::system::error_code) mutable { attempt(std::move(self)); });
   }
 
   // Whether this record is over (landed, superseded or given up); false:
@@ -297,9 +306,13 @@ asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& le
                                     {"attempt", outcome.attempt},
                                     {"class", outcome.answer_class},
                                     {"pending", pending_records() + 1}});
+  // Each on its own line: GCC 12 mishandles temporaries in a full
+  // expression with a co_await (see ledger.hpp).
+  auto executor = co_await asio::this_coro::executor;
   std::optional<PendingEntry> none;
-  Recorder::start(std::make_unique<Recorder>(co_await asio::this_coro::executor, ledger, std::move(outcome),
-                                             keep_trying_until, 3, std::move(none)));
+  auto recorder = std::make_unique<Recorder>(std::move(executor), ledger, std::move(outcome), keep_trying_until, 3,
+                                             std::move(none));
+  Recorder::start(std::move(recorder));
   co_return std::nullopt;
 }
 
