@@ -161,9 +161,10 @@ class Ledger {
   Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
   // The response is redacted and capped at response_cap before it is stored.
   Awaitable<Intent> record_outcome(Outcome outcome);
-  // The same for a caller that does not wait: `watcher` is told the result
-  // on `executor` (a record kept in the background costs no coroutine).
-  void record_outcome(Outcome outcome, boost::asio::any_io_executor executor, std::unique_ptr<Watcher<Intent>> watcher);
+  // The same for a caller that does not wait: `watcher` is told whether it
+  // was recorded (and why not), on `executor`; a record kept in the
+  // background costs no coroutine, and no Intent is handed back.
+  void record_outcome(Outcome outcome, boost::asio::any_io_executor executor, std::unique_ptr<Watcher<void>> watcher);
   // What record_outcome stores of the response, done now (for a caller that
   // shows it before it is recorded); this ledger's record_outcome then
   // leaves it as it is (Outcome::redacted_by), any other ledger's redacts it

@@ -140,11 +140,11 @@ class WatcherHandler {
 
 }  // namespace
 
-void Ledger::record_outcome(Outcome outcome, asio::any_io_executor executor, std::unique_ptr<Watcher<Intent>> watcher) {
+void Ledger::record_outcome(Outcome outcome, asio::any_io_executor executor, std::unique_ptr<Watcher<void>> watcher) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
   redact(outcome);
-  using Handler = WatcherHandler<Intent>;
-  enqueue(std::make_unique<OutcomeJob<Handler>>(std::move(outcome), Handler(std::move(executor), std::move(watcher)),
+  using Handler = WatcherHandler<void>;
+  enqueue(std::make_unique<WatchedOutcomeJob<Handler>>(std::move(outcome), Handler(std::move(executor), std::move(watcher)),
                                                 stats_));
 }
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 namespace idemgate::ledger {
 
@@ -158,17 +159,34 @@ class ChargeJob final : public OneCallJob<ChargeRequest, RunCharge, Handler> {
   void keep_charge(Result<RunCharge> result) override { this->result_.emplace(std::move(result)); }
 };
 
-template <class Handler>
-class OutcomeJob final : public OneCallJob<Outcome, Intent, Handler> {
+// Records an outcome and answers the intent as it leaves it (T = Intent), or
+// only whether it was recorded (T = void: a Watcher's, no Intent moved on).
+template <class T, class Handler>
+class BasicOutcomeJob final : public OneCallJob<Outcome, T, Handler> {
  public:
-  OutcomeJob(Outcome outcome, Handler handler, LedgerStats& stats)
-      : OneCallJob<Outcome, Intent, Handler>({Ledger::Order::intents, {}, outcome.intent_id}, std::move(outcome),
-                                             std::move(handler), stats) {}
+  BasicOutcomeJob(Outcome outcome, Handler handler, LedgerStats& stats)
+      : OneCallJob<Outcome, T, Handler>({Ledger::Order::intents, {}, outcome.intent_id}, std::move(outcome),
+                                        std::move(handler), stats) {}
   void run(Store& store) override { keep_outcome(store.record_outcome(this->request_)); }
   Outcome* outcome() noexcept override { return &this->request_; }
   int lane() const noexcept override { return 1; }
-  void keep_outcome(Result<Intent> result) override { this->result_.emplace(std::move(result)); }
+  void keep_outcome(Result<Intent> result) override {
+    if constexpr (std::is_void_v<T>) {
+      if (result) {
+        this->result_.emplace();
+      } else {
+        this->result_.emplace(result.error());
+      }
+    } else {
+      this->result_.emplace(std::move(result));
+    }
+  }
 };
+
+template <class Handler>
+using OutcomeJob = BasicOutcomeJob<Intent, Handler>;
+template <class Handler>
+using WatchedOutcomeJob = BasicOutcomeJob<void, Handler>;
 
 template <class Handler>
 class AdmitJob final : public Ledger::Job {

@@ -112,7 +112,7 @@ void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
 // Watcher, not a coroutine: every answered write hands one over, and the
 // ledger's completion calls it directly. It owns itself from start() on:
 // through the ledger's call, then through its backoff timer's wait.
-class Recorder final : public ledger::Watcher<ledger::Intent> {
+class Recorder final : public ledger::Watcher<void> {
  public:
   // Counted pending by `start`, which may drop it instead.
   Recorder(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome&& outcome, ledger::TimePoint until,
@@ -142,8 +142,7 @@ class Recorder final : public ledger::Watcher<ledger::Intent> {
     }
   }
 
-  void done(std::unique_ptr<ledger::Watcher<ledger::Intent>> watcher,
-            ledger::Result<ledger::Intent> recorded) override {
+  void done(std::unique_ptr<ledger::Watcher<void>> watcher, ledger::Result<void> recorded) override {
     assert(watcher.get() == this);
     std::unique_ptr<Recorder> self(static_cast<Recorder*>(watcher.release()));
     try {
@@ -178,7 +177,7 @@ class Recorder final : public ledger::Watcher<ledger::Intent> {
 
   // Whether this record is over (landed, superseded or given up); false:
   // try again after a backoff.
-  bool landed(const ledger::Result<ledger::Intent>& recorded) {
+  bool landed(const ledger::Result<void>& recorded) {
     auto const tries = tries_++;
     if (recorded || recorded.error() == ledger::errc::illegal_transition) {
       if (tries) log_event("ledger_record_landed", {{"intent", outcome_.intent_id},
