@@ -244,7 +244,6 @@ class Ledger {
  private:
   template <class T, class Op>
   Awaitable<T> call(Order order, Op op);
-  // Enqueues a JobT<Handler>(request, handler, stats) answering Result<T>.
   // Enqueues a JobT<Handler>(request, handler, stats) answering `Value`:
   // Result<T>, or Boxed<T> (see jobs::Completion).
   template <class Value, template <class> class JobT, class Request>

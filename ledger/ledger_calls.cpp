@@ -144,8 +144,8 @@ void Ledger::record_outcome(Outcome outcome, asio::any_io_executor executor, std
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
   redact(outcome);
   using Handler = WatcherHandler<void>;
-  enqueue(std::make_unique<WatchedOutcomeJob<Handler>>(std::move(outcome), Handler(std::move(executor), std::move(watcher)),
-                                                stats_));
+  enqueue(std::make_unique<WatchedOutcomeJob<Handler>>(
+      std::move(outcome), Handler(std::move(executor), std::move(watcher)), stats_));
 }
 
 Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {

@@ -25,9 +25,23 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 std::atomic<int> pending{0};
 
+// The wait before try `tries` (1, 2...): 100 ms, doubling, at most 2 s.
+std::chrono::milliseconds backoff_delay(int tries) { return std::min(50ms * (1 << std::min(tries, 6)), 2000ms); }
+
 asio::awaitable<void> backoff(int tries) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, std::min(50ms * (1 << std::min(tries, 6)), 2000ms));
+  asio::steady_timer timer(co_await asio::this_coro::executor, backoff_delay(tries));
   co_await timer.async_wait(use_tuple);
+}
+
+// Counts one more background record pending, unless kMaxPendingRecords are
+// (false: the caller drops it, logged here).
+bool take_pending(const char* what) {
+  if (pending.fetch_add(1) >= kMaxPendingRecords) {
+    pending.fetch_sub(1);
+    log_event("ledger_record_dropped", {{"what", what}, {"pending", kMaxPendingRecords}});
+    return false;
+  }
+  return true;
 }
 
 bool past(ledger::TimePoint t) { return ledger::Clock::now() > t; }
@@ -90,11 +104,7 @@ void settle(ledger::Intent& i, const ledger::Outcome& o) {
 // Spawns `op` on `executor` unless too many are pending.
 template <class Op>
 void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
-  if (pending.fetch_add(1) >= kMaxPendingRecords) {
-    pending.fetch_sub(1);
-    log_event("ledger_record_dropped", {{"what", what}, {"pending", kMaxPendingRecords}});
-    return;
-  }
+  if (!take_pending(what)) return;
   asio::co_spawn(executor, std::move(op), [what](std::exception_ptr e) {
     pending.fetch_sub(1);
     if (!e) return;
@@ -129,11 +139,7 @@ class Recorder final : public ledger::Watcher<void> {
 
   // Starts `self` unless too many are pending (then it is dropped, logged).
   static void start(std::unique_ptr<Recorder> self) {
-    if (pending.fetch_add(1) >= kMaxPendingRecords) {
-      pending.fetch_sub(1);
-      log_event("ledger_record_dropped", {{"what", "record_outcome"}, {"pending", kMaxPendingRecords}});
-      return;
-    }
+    if (!take_pending("record_outcome")) return;
     self->counted_ = true;
     if (self->tries_) {
       wait(std::move(self));
@@ -169,7 +175,7 @@ class Recorder final : public ledger::Watcher<void> {
   static void wait(std::unique_ptr<Recorder> self) {
     auto& r = *self;
     if (!r.timer_) r.timer_.emplace(r.executor_);  // made on the first retry: most records land at once
-    r.timer_->expires_after(std::min(50ms * (1 << std::min(r.tries_, 6)), 2000ms));
+    r.timer_->expires_after(backoff_delay(r.tries_));
     // Tried again whatever the wait's error (nothing cancels it), as the
     // coroutine's backoff did.
     r.timer_->async_wait([self = std::move(self)](boost::system::error_code) mutable { attempt(std::move(self)); });
