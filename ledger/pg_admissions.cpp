@@ -10,31 +10,35 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
+#include <tuple>
 
 namespace idemgate::ledger {
 namespace {
 
-// A row of reserve_intents' insert (reserved_columns): the columns it names,
-// the rest as a fresh row has them. Read without RowView: a batch's rows are
-// most of what its worker reads.
-Intent read_reserved(const pqxx::row& row) {
-  auto text = [&](int c) { return std::string(row[c].c_str(), row[c].size()); };
-  auto number = [&](int c) { return row[c].as<std::int64_t>(); };
+// A row of reserve_intents' insert (reserved_columns): the id the server
+// gave it and the statement's now(). Everything else is what the request set,
+// as the statement stored it, so it is taken from the request: a fresh row's
+// defaults, created and updated now, its window (and its lease, when it
+// started) from now. Read without RowView: a batch's rows are most of what
+// its worker reads.
+Intent read_reserved(const pqxx::row& row, const ReserveRequest& r) {
+  auto const now = row[4].as<std::int64_t>();
   Intent i;
-  i.id = number(0);
-  i.run = text(1);
-  i.tool = text(2);
-  i.scope = text(3);
-  i.fingerprint = text(4);
-  i.key = text(5);
-  i.state = parse_intent_state(row[6].c_str()).value_or(IntentState::unknown);
-  i.attempts = static_cast<int>(number(7));
-  i.window = Millis(number(8));
-  i.unknown_ttl = Millis(number(9));
-  i.created_at = from_epoch_ms(number(10));
-  i.updated_at = from_epoch_ms(number(11));
-  i.window_until = from_epoch_ms(number(12));
-  if (!row[13].is_null()) i.lease_until = from_epoch_ms(number(13));
+  i.id = row[0].as<std::int64_t>();
+  i.run = r.run;
+  i.tool = r.tool;
+  i.scope = r.scope;
+  i.fingerprint = r.fingerprint;
+  i.key = r.key;
+  i.state = r.start ? IntentState::dispatched : IntentState::reserved;
+  i.attempts = r.start ? 1 : 0;
+  i.request_snapshot = r.request_snapshot;
+  i.window = r.window;
+  i.unknown_ttl = r.unknown_ttl;
+  i.created_at = i.updated_at = from_epoch_ms(now);
+  i.window_until = from_epoch_ms(now + r.window.count());
+  if (r.start) i.lease_until = from_epoch_ms(now + r.start->lease.count());
   return i;
 }
 
@@ -123,10 +127,18 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         start.flag(r.start.has_value());
         lease_ms.number(r.start ? r.start->lease.count() : 0);
       }
+      // A row comes back as (scope, fingerprint, key): the first request in
+      // `which` that names them is the one the statement inserted (an
+      // INSERT takes its rows in order; a later one conflicts with it).
+      std::map<std::tuple<std::string_view, std::string_view, std::string_view>, std::size_t> request_of;
+      for (auto i : which) request_of.try_emplace({requests[i].scope, requests[i].fingerprint, requests[i].key}, i);
       for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),
                                              key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
                                              lease_ms.str(), replica)) {
-        auto intent = read_reserved(row);
+        auto const field = [&](int c) { return std::string_view(row[c].c_str(), row[c].size()); };
+        auto found = request_of.find({field(1), field(2), field(3)});
+        if (found == request_of.end()) throw Abort{errc::storage_failure};  // not a row this batch sent
+        auto intent = read_reserved(row, requests[found->second]);
         inserted.insert(intent.id);
         auto key = std::pair{intent.scope, intent.fingerprint};
         rows.insert_or_assign(std::move(key), std::move(intent));
@@ -159,12 +171,6 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
           rows[key] = std::move(intent);
         }
     }
-    // The rows inserted come back without their snapshots
-    // (reserve_intents_sql): the request whose key the row holds has it.
-    for (auto i : live)
-      if (auto found = rows.find({requests[i].scope, requests[i].fingerprint});
-          found != rows.end() && inserted.count(found->second.id) && found->second.key == requests[i].key)
-        found->second.request_snapshot = requests[i].request_snapshot;
     std::string binds;
     for (std::size_t k = 0; k < live.size(); ++k) {
       const auto& r = requests[live[k]];

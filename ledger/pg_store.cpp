@@ -84,9 +84,10 @@ std::string outcomes_call(std::string_view function) {
 
 // Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
 // order) that get in, each with attempt 1 begun when its $9 is set (lease
-// $10 ms, replica $11), come back as reserved_columns (what the server made
-// and what the request set: read_reserved fills in the rest, a fresh row's
-// defaults); the others conflict.
+// $10 ms, replica $11), come back as reserved_columns; the others conflict.
+// The insert hands on only what the attempts and that answer need: what it
+// keeps of every row is copied (a request snapshot most of it), and the
+// server's own times are its now(), computed once.
 std::string reserve_intents_sql() {
   return "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
          "request_snapshot, window_ms, unknown_ttl_ms, window_until) "
@@ -97,10 +98,12 @@ std::string reserve_intents_sql() {
          "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], "
          "$8::bigint[], $9::boolean[], $10::bigint[]) AS r(run, tool, scope, fingerprint, idem_key, snapshot, "
          "window_ms, ttl_ms, start, lease_ms) "
-         "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
+         "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING "
+         "RETURNING id, scope, fingerprint, idem_key, state, lease_until), "
          "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
          "SELECT id, 1, $11::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
-         "SELECT " + std::string(reserved_columns) + " FROM ins";
+         "SELECT " + std::string(reserved_columns) + " FROM ins, "
+         "(SELECT (extract(epoch from now()) * 1000)::bigint AS ms) AS now_ms";
 }
 
 }  // namespace

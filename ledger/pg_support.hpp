@@ -39,11 +39,10 @@ inline constexpr std::string_view intent_columns =
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
     ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived, " IDEMGATE_MS("looked_up_at");
 // What a reservation's insert returns (reserve_intents_sql): only rows it
-// inserted, so every column left out holds its default (read_reserved).
+// inserted, each as its id, what matches it to its request, and the
+// statement's now() (read_reserved takes the rest from the request).
 inline constexpr std::string_view reserved_columns =
-    "id, run_id, tool, scope, fingerprint, idem_key, state, attempts, window_ms, unknown_ttl_ms, "
-    IDEMGATE_MS("created_at") ", " IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", "
-    IDEMGATE_MS("lease_until");
+    "ins.id, ins.scope, ins.fingerprint, ins.idem_key, now_ms.ms";
 inline constexpr std::string_view escalation_columns =
     "id, run_id, intent_id, reason_code, package, state, receipt, note, "
     IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";

@@ -6,6 +6,8 @@
 #include <openssl/rand.h>
 
 #include <array>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -41,11 +43,16 @@ void fill_random(unsigned char* p, std::size_t n) {
 }
 }  // namespace
 
-std::string mint_uuid_v4() {
+std::string mint_uuid_v7() {
   std::array<unsigned char, 16> b;
-  fill_random(b.data(), b.size());
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // version 4
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  fill_random(b.data() + 6, b.size() - 6);
+  // The first 48 bits: Unix time in milliseconds, big-endian (RFC 9562).
+  auto const ms = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 std::chrono::system_clock::now().time_since_epoch())
+                                                 .count());
+  for (int i = 0; i < 6; ++i) b[i] = static_cast<unsigned char>(ms >> (40 - 8 * i));
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x70);  // version 7
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 9562 variant
   std::string out;
   out.reserve(36);
   for (std::size_t i = 0; i < b.size(); ++i) {

@@ -1,5 +1,5 @@
-// Identifiers and small encodings: idempotency keys (UUIDv4 from the OS
-// CSPRNG via OpenSSL), trace ids and base64 for Proxy-Authorization.
+// Identifiers and small encodings: idempotency keys, trace ids and base64 for
+// Proxy-Authorization. Random bits come from the OS CSPRNG via OpenSSL.
 #pragma once
 
 #include <string>
@@ -7,7 +7,10 @@
 
 namespace idemgate::proxy {
 
-std::string mint_uuid_v4();
+// An idempotency key: a UUIDv7 (RFC 9562), the minting millisecond then 74
+// random bits. Keys minted later sort later, so the ledger's index of keys
+// grows at one end instead of splitting pages all over.
+std::string mint_uuid_v7();
 std::string random_hex(std::size_t bytes);
 std::string decode_base64(std::string_view text);  // "" when invalid
 

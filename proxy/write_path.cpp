@@ -143,7 +143,7 @@ class WritePath {
       rr.tool = c_.tool.name;
       rr.scope = c_.tool.fingerprint.scope == policy::FingerprintScope::run ? c_.run : std::string();
       rr.fingerprint = c_.fp.hex;
-      rr.key = use_agent_key_ ? c_.agent_key : mint_uuid_v4();
+      rr.key = use_agent_key_ ? c_.agent_key : mint_uuid_v7();
       rr.agent_key = c_.agent_key;
       rr.window = c_.tool.fingerprint.window;
       rr.unknown_ttl = c_.tool.reconcile.ttl;

@@ -257,6 +257,78 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(reserved->intent.attempts == 0);
 }
 
+LEDGER_CONFORMANCE(reserve_answers_what_is_stored,
+                   "reserve_intents answers every fresh intent as the ledger stores it, field by field") {
+  auto store = migrated_store(backend);
+  // A batch of different runs, tools, scopes, windows and leases, with and
+  // without a start, and a fingerprint asked for twice.
+  auto request = [](std::string fp, std::string key, std::string run, std::string tool, std::string scope,
+                    Millis window, Millis ttl, std::optional<Millis> lease) {
+    auto r = reserve_request(fp, key);
+    r.run = std::move(run);
+    r.tool = std::move(tool);
+    r.scope = std::move(scope);
+    r.window = window;
+    r.unknown_ttl = ttl;
+    r.request_snapshot = "{\"snapshot\":\"" + fp + "\"}";
+    if (lease) r.start = ReserveRequest::Start{*lease, "replica-f"};
+    return r;
+  };
+  std::vector<ReserveRequest> requests{
+      request("f-1", "k-1", "run-f", "charge", "run-f", Millis(86400000), Millis(900000), Millis(45000)),
+      request("f-2", "k-2", "run-g", "ticket", "", Millis(1500), Millis(60000), std::nullopt),
+      request("f-1", "k-3", "run-f", "charge", "run-f", Millis(86400000), Millis(900000), Millis(45000)),
+      request("f-1", "k-4", "run-h", "refund", "run-h", Millis(7000), Millis(1000), Millis(2500)),
+      request("f-3", "k-5", "run-g", "ticket", "", Millis(123457), Millis(60001), Millis(999))};
+  auto results = store->reserve_intents(requests);
+  REQUIRE(results.size() == requests.size());
+  int fresh = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    REQUIRE_MESSAGE(results[i].has_value(), results[i].error().message());
+    const auto& r = requests[i];
+    const auto& got = results[i]->intent;
+    if (i == 2) {  // the same scope and fingerprint as the first: existing
+      CHECK(results[i]->outcome == ReserveOutcome::existing);
+      CHECK(got.key == "k-1");
+      continue;
+    }
+    CAPTURE(i);
+    REQUIRE(results[i]->outcome == ReserveOutcome::reserved);
+    ++fresh;
+    CHECK(results[i]->started == r.start.has_value());
+    auto stored = store->find_intent(got.id);
+    REQUIRE_MESSAGE(stored.has_value(), stored.error().message());
+    CHECK(got.run == r.run);
+    CHECK(got.key == r.key);
+    CHECK(got.run == stored->run);
+    CHECK(got.tool == stored->tool);
+    CHECK(got.scope == stored->scope);
+    CHECK(got.fingerprint == stored->fingerprint);
+    CHECK(got.key == stored->key);
+    CHECK(got.state == stored->state);
+    CHECK(got.answer_class == stored->answer_class);
+    CHECK(got.attempts == stored->attempts);
+    CHECK(got.waived == stored->waived);
+    CHECK(got.status == stored->status);
+    CHECK(got.receipt == stored->receipt);
+    CHECK(got.response.has_value() == stored->response.has_value());
+    CHECK(got.request_snapshot == stored->request_snapshot);
+    CHECK(got.window == stored->window);
+    CHECK(got.unknown_ttl == stored->unknown_ttl);
+    CHECK(got.recovered == stored->recovered);
+    CHECK(got.created_at == stored->created_at);
+    CHECK(got.updated_at == stored->updated_at);
+    CHECK(got.window_until == stored->window_until);
+    CHECK(got.window_until - got.created_at == r.window);
+    CHECK(got.unknown_since == stored->unknown_since);
+    CHECK(got.retry_not_before == stored->retry_not_before);
+    CHECK(got.lease_until == stored->lease_until);
+    if (r.start) CHECK(*got.lease_until - got.created_at == r.start->lease);
+    CHECK(got.looked_up_at == stored->looked_up_at);
+  }
+  CHECK(fresh == 4);
+}
+
 LEDGER_CONFORMANCE(admit_refused_charge_begins_nothing,
                    "admit: a refused charge leaves the fresh reservation reserved with no attempt") {
   auto ledger = open_ledger(backend);
