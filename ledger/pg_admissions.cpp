@@ -17,11 +17,12 @@ namespace idemgate::ledger {
 namespace {
 
 // A row of reserve_intents' insert (reserved_columns): the id the server
-// gave it and the statement's now(). Everything else is what the request set,
-// as the statement stored it, so it is taken from the request: a fresh row's
-// defaults, created and updated now, its window (and its lease, when it
-// started) from now. Read without RowView: a batch's rows are most of what
-// its worker reads.
+// gave it, what matched it to `r`, and the statement's now(). Everything
+// else is what the request set, as the statement stored it, so it is taken
+// from the request: a fresh row's defaults, created and updated now, its
+// window (and its lease, when it started) from now. The times agree with
+// the stored ones to the millisecond because extract() is exact numeric
+// (PostgreSQL 14 and later).
 Intent read_reserved(const pqxx::row& row, const ReserveRequest& r) {
   auto const now = row[4].as<std::int64_t>();
   Intent i;
@@ -50,10 +51,12 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
     std::vector<Result<Reservation>> done = results;
     // Valid requests in (scope, fingerprint) order: concurrent batches then
     // take the unique-index locks in the same order and cannot deadlock.
+    // Stable: of several requests for one fingerprint, the first asked wins,
+    // as with SQLite.
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < requests.size(); ++i)
       if (valid(requests[i])) order.push_back(i);
-    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
       return std::tie(requests[a].scope, requests[a].fingerprint) <
              std::tie(requests[b].scope, requests[b].fingerprint);
     });
@@ -129,7 +132,8 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       }
       // A row comes back as (scope, fingerprint, key): the first request in
       // `which` that names them is the one the statement inserted (an
-      // INSERT takes its rows in order; a later one conflicts with it).
+      // INSERT takes unnest's rows in order, and a later one conflicts with
+      // it: the same order the lock order above relies on).
       std::map<std::tuple<std::string_view, std::string_view, std::string_view>, std::size_t> request_of;
       for (auto i : which) request_of.try_emplace({requests[i].scope, requests[i].fingerprint, requests[i].key}, i);
       for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),

@@ -85,9 +85,9 @@ std::string outcomes_call(std::string_view function) {
 // Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
 // order) that get in, each with attempt 1 begun when its $9 is set (lease
 // $10 ms, replica $11), come back as reserved_columns; the others conflict.
-// The insert hands on only what the attempts and that answer need: what it
-// keeps of every row is copied (a request snapshot most of it), and the
-// server's own times are its now(), computed once.
+// The insert hands on only what the attempts and that answer need (what a
+// data-modifying CTE keeps of its rows is copied, and RETURNING * would copy
+// the request snapshot), and the server's own times are one value, now().
 std::string reserve_intents_sql() {
   return "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
          "request_snapshot, window_ms, unknown_ttl_ms, window_until) "

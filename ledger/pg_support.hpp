@@ -39,8 +39,9 @@ inline constexpr std::string_view intent_columns =
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
     ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived, " IDEMGATE_MS("looked_up_at");
 // What a reservation's insert returns (reserve_intents_sql): only rows it
-// inserted, each as its id, what matches it to its request, and the
-// statement's now() (read_reserved takes the rest from the request).
+// inserted, each as its id, what matches it to its request (scope,
+// fingerprint, key), and the statement's now() (read_reserved takes the rest
+// from the request).
 inline constexpr std::string_view reserved_columns =
     "ins.id, ins.scope, ins.fingerprint, ins.idem_key, now_ms.ms";
 inline constexpr std::string_view escalation_columns =

@@ -43,14 +43,11 @@ void fill_random(unsigned char* p, std::size_t n) {
 }
 }  // namespace
 
-std::string mint_uuid_v7() {
+std::string format_uuid_v7(std::uint64_t unix_ms, std::span<const unsigned char, 10> random) {
   std::array<unsigned char, 16> b;
-  fill_random(b.data() + 6, b.size() - 6);
   // The first 48 bits: Unix time in milliseconds, big-endian (RFC 9562).
-  auto const ms = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                 std::chrono::system_clock::now().time_since_epoch())
-                                                 .count());
-  for (int i = 0; i < 6; ++i) b[i] = static_cast<unsigned char>(ms >> (40 - 8 * i));
+  for (int i = 0; i < 6; ++i) b[i] = static_cast<unsigned char>(unix_ms >> (40 - 8 * i));
+  std::memcpy(b.data() + 6, random.data(), random.size());
   b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x70);  // version 7
   b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 9562 variant
   std::string out;
@@ -61,6 +58,17 @@ std::string mint_uuid_v7() {
     out += kHex[b[i] & 0x0f];
   }
   return out;
+}
+
+std::string mint_uuid_v7() {
+  std::array<unsigned char, 10> random;
+  fill_random(random.data(), random.size());
+  auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  auto key = format_uuid_v7(static_cast<std::uint64_t>(ms), random);
+  OPENSSL_cleanse(random.data(), random.size());
+  return key;
 }
 
 std::string random_hex(std::size_t bytes) {

@@ -270,14 +270,15 @@ LEDGER_CONFORMANCE(reserve_answers_what_is_stored,
     r.scope = std::move(scope);
     r.window = window;
     r.unknown_ttl = ttl;
-    r.request_snapshot = "{\"snapshot\":\"" + fp + "\"}";
+    r.request_snapshot = "{\"snapshot\":\"" + key + "\"}";
     if (lease) r.start = ReserveRequest::Start{*lease, "replica-f"};
     return r;
   };
   std::vector<ReserveRequest> requests{
       request("f-1", "k-1", "run-f", "charge", "run-f", Millis(86400000), Millis(900000), Millis(45000)),
       request("f-2", "k-2", "run-g", "ticket", "", Millis(1500), Millis(60000), std::nullopt),
-      request("f-1", "k-3", "run-f", "charge", "run-f", Millis(86400000), Millis(900000), Millis(45000)),
+      // The same scope and fingerprint asked again, differently: the first asked wins.
+      request("f-1", "k-3", "run-x", "charge-2", "run-f", Millis(5000), Millis(1000), Millis(1000)),
       request("f-1", "k-4", "run-h", "refund", "run-h", Millis(7000), Millis(1000), Millis(2500)),
       request("f-3", "k-5", "run-g", "ticket", "", Millis(123457), Millis(60001), Millis(999))};
   auto results = store->reserve_intents(requests);
@@ -289,7 +290,13 @@ LEDGER_CONFORMANCE(reserve_answers_what_is_stored,
     const auto& got = results[i]->intent;
     if (i == 2) {  // the same scope and fingerprint as the first: existing
       CHECK(results[i]->outcome == ReserveOutcome::existing);
+      CHECK(!results[i]->started);
+      CHECK(got.id == results[0]->intent.id);
       CHECK(got.key == "k-1");
+      CHECK(got.run == "run-f");
+      CHECK(got.tool == "charge");
+      CHECK(got.request_snapshot == requests[0].request_snapshot);
+      CHECK(got.window == requests[0].window);
       continue;
     }
     CAPTURE(i);
