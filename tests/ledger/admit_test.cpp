@@ -18,11 +18,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-AdmitRequest admit_request(const std::string& fp, const std::string& key, std::int64_t budget = 100000,
-                           const std::string& run = "run-1") {
-  return AdmitRequest{reserve_request(fp, key, run), budget, FirstAttempt{3, Millis(60000)}};
-}
-
 
 struct Admitted {
   Result<Admission> admission = boost::system::error_code(errc::invalid_argument);
@@ -38,13 +33,6 @@ boost::asio::awaitable<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest r
   auto outcome = completed(out.admission->reservation.intent.id, out.admission->start->attempt);
   out.outcome = co_await ledger.record_outcome(std::move(outcome));
   co_return out;
-}
-
-std::unique_ptr<Store> migrated_store(Backend& backend) {
-  REQUIRE(migrate(backend.config).has_value());
-  auto stores = open_stores(backend.config);
-  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
-  return std::move(stores->front());
 }
 
 }  // namespace
@@ -257,85 +245,6 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(reserved->intent.attempts == 0);
 }
 
-LEDGER_CONFORMANCE(reserve_answers_what_is_stored,
-                   "reserve_intents answers every fresh intent as the ledger stores it, field by field") {
-  auto store = migrated_store(backend);
-  // A batch of different runs, tools, scopes, windows and leases, with and
-  // without a start, and a fingerprint asked for twice.
-  auto request = [](std::string fp, std::string key, std::string run, std::string tool, std::string scope,
-                    Millis window, Millis ttl, std::optional<Millis> lease) {
-    auto r = reserve_request(fp, key);
-    r.run = std::move(run);
-    r.tool = std::move(tool);
-    r.scope = std::move(scope);
-    r.window = window;
-    r.unknown_ttl = ttl;
-    r.request_snapshot = "{\"snapshot\":\"" + key + "\"}";
-    if (lease) r.start = ReserveRequest::Start{*lease, "replica-f"};
-    return r;
-  };
-  std::vector<ReserveRequest> requests{
-      request("f-1", "k-1", "run-f", "charge", "run-f", Millis(86400000), Millis(900000), Millis(45000)),
-      request("f-2", "k-2", "run-g", "ticket", "", Millis(1500), Millis(60000), std::nullopt),
-      // The same scope and fingerprint asked again, differently: the first asked wins.
-      request("f-1", "k-3", "run-x", "charge-2", "run-f", Millis(5000), Millis(1000), Millis(1000)),
-      request("f-1", "k-4", "run-h", "refund", "run-h", Millis(7000), Millis(1000), Millis(2500)),
-      request("f-3", "k-5", "run-g", "ticket", "", Millis(123457), Millis(60001), Millis(999))};
-  auto results = store->reserve_intents(requests);
-  REQUIRE(results.size() == requests.size());
-  int fresh = 0;
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    REQUIRE_MESSAGE(results[i].has_value(), results[i].error().message());
-    const auto& r = requests[i];
-    const auto& got = results[i]->intent;
-    if (i == 2) {  // the same scope and fingerprint as the first: existing
-      CHECK(results[i]->outcome == ReserveOutcome::existing);
-      CHECK(!results[i]->started);
-      CHECK(got.id == results[0]->intent.id);
-      CHECK(got.key == "k-1");
-      CHECK(got.run == "run-f");
-      CHECK(got.tool == "charge");
-      CHECK(got.request_snapshot == requests[0].request_snapshot);
-      CHECK(got.window == requests[0].window);
-      continue;
-    }
-    CAPTURE(i);
-    REQUIRE(results[i]->outcome == ReserveOutcome::reserved);
-    ++fresh;
-    CHECK(results[i]->started == r.start.has_value());
-    auto stored = store->find_intent(got.id);
-    REQUIRE_MESSAGE(stored.has_value(), stored.error().message());
-    CHECK(got.run == r.run);
-    CHECK(got.key == r.key);
-    CHECK(got.run == stored->run);
-    CHECK(got.tool == stored->tool);
-    CHECK(got.scope == stored->scope);
-    CHECK(got.fingerprint == stored->fingerprint);
-    CHECK(got.key == stored->key);
-    CHECK(got.state == stored->state);
-    CHECK(got.answer_class == stored->answer_class);
-    CHECK(got.attempts == stored->attempts);
-    CHECK(got.waived == stored->waived);
-    CHECK(got.status == stored->status);
-    CHECK(got.receipt == stored->receipt);
-    CHECK(got.response.has_value() == stored->response.has_value());
-    CHECK(got.request_snapshot == stored->request_snapshot);
-    CHECK(got.window == stored->window);
-    CHECK(got.unknown_ttl == stored->unknown_ttl);
-    CHECK(got.recovered == stored->recovered);
-    CHECK(got.created_at == stored->created_at);
-    CHECK(got.updated_at == stored->updated_at);
-    CHECK(got.window_until == stored->window_until);
-    CHECK(got.window_until - got.created_at == r.window);
-    CHECK(got.unknown_since == stored->unknown_since);
-    CHECK(got.retry_not_before == stored->retry_not_before);
-    CHECK(got.lease_until == stored->lease_until);
-    if (r.start) CHECK(*got.lease_until - got.created_at == r.start->lease);
-    CHECK(got.looked_up_at == stored->looked_up_at);
-  }
-  CHECK(fresh == 4);
-}
-
 LEDGER_CONFORMANCE(admit_refused_charge_begins_nothing,
                    "admit: a refused charge leaves the fresh reservation reserved with no attempt") {
   auto ledger = open_ledger(backend);
@@ -448,72 +357,4 @@ LEDGER_CONFORMANCE(attempts_have_intents,
                       "WHERE i.id IS NULL OR a.number < 1 OR a.number > i.attempts") == "0\n");
   CHECK(backend.query("SELECT count(*) FROM intents i WHERE attempts > 0 AND NOT EXISTS "
                       "(SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "0\n");
-}
-
-namespace {
-
-// Every member of the intent a reservation returned against the row as a
-// later read finds it.
-void expect_as_stored(const Intent& got, const Intent& stored) {
-  CHECK(got.id == stored.id);
-  CHECK(got.run == stored.run);
-  CHECK(got.tool == stored.tool);
-  CHECK(got.scope == stored.scope);
-  CHECK(got.fingerprint == stored.fingerprint);
-  CHECK(got.key == stored.key);
-  CHECK(got.state == stored.state);
-  CHECK(got.answer_class == stored.answer_class);
-  CHECK(got.attempts == stored.attempts);
-  CHECK(got.waived == stored.waived);
-  CHECK(got.status == stored.status);
-  CHECK(got.receipt == stored.receipt);
-  CHECK(got.response.has_value() == stored.response.has_value());
-  CHECK(got.request_snapshot == stored.request_snapshot);
-  CHECK(got.window == stored.window);
-  CHECK(got.unknown_ttl == stored.unknown_ttl);
-  CHECK(got.recovered == stored.recovered);
-  CHECK(got.created_at == stored.created_at);
-  CHECK(got.updated_at == stored.updated_at);
-  CHECK(got.window_until == stored.window_until);
-  CHECK(got.unknown_since == stored.unknown_since);
-  CHECK(got.retry_not_before == stored.retry_not_before);
-  CHECK(got.lease_until == stored.lease_until);
-  CHECK(got.looked_up_at == stored.looked_up_at);
-}
-
-}  // namespace
-
-LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions return their intents as stored") {
-  auto ledger = open_ledger(backend);
-  // Concurrent callers, so that the workers batch them: plain reservations,
-  // and admissions whose first attempt begins with the reservation.
-  std::vector<boost::asio::awaitable<Result<Reservation>>> reservations;
-  for (int i = 0; i < 24; ++i)
-    reservations.push_back(ledger->reserve_intent(reserve_request("as-r-" + std::to_string(i), "kr-" + std::to_string(i)),
-                                                  RequestSnapshot{"POST", "/r", {{"Content-Type", "application/json"}},
-                                                                  R"({"n":)" + std::to_string(i) + "}"}));
-  auto reserved = run_all(std::move(reservations), 8);
-  std::vector<boost::asio::awaitable<Result<Admission>>> admissions;
-  for (int i = 0; i < 24; ++i)
-    admissions.push_back(unboxed(ledger->admit(admit_request("as-a-" + std::to_string(i), "ka-" + std::to_string(i)),
-                                       RequestSnapshot{"POST", "/a", {}, "plain " + std::to_string(i)})));
-  auto admitted = run_all(std::move(admissions), 8);
-  int started = 0;
-  for (const auto& r : reserved) {
-    REQUIRE_MESSAGE(r.has_value(), r.error().message());
-    CHECK(r->outcome == ReserveOutcome::reserved);
-    auto stored = run(ledger->find_intent(r->intent.id));
-    REQUIRE(stored.has_value());
-    expect_as_stored(r->intent, *stored);
-  }
-  for (const auto& a : admitted) {
-    REQUIRE_MESSAGE(a.has_value(), a.error().message());
-    REQUIRE(a->start.has_value());
-    started += a->start->outcome == AttemptOutcome::started;
-    auto stored = run(ledger->find_intent(a->reservation.intent.id));
-    REQUIRE(stored.has_value());
-    expect_as_stored(a->reservation.intent, *stored);
-  }
-  CHECK(started == 24);
-  MESSAGE(backend.name() << ": " << ledger->stats().reserve_batches.load() << " reservation transactions for 48 calls");
 }

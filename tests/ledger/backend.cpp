@@ -192,6 +192,16 @@ std::unique_ptr<Store> open_store(Backend& backend) {
   return std::move(stores->front());
 }
 
+std::unique_ptr<Store> migrated_store(Backend& backend) {
+  REQUIRE(migrate(backend.config).has_value());
+  return open_store(backend);
+}
+
+AdmitRequest admit_request(const std::string& fp, const std::string& key, std::int64_t budget,
+                           const std::string& run) {
+  return AdmitRequest{reserve_request(fp, key, run), budget, FirstAttempt{3, Millis(60000)}};
+}
+
 std::int64_t reserve(Store& store, const std::string& fp) {
   auto request = reserve_request(fp, "key-" + fp);
   auto r = store.reserve_intents({&request, 1}).front();

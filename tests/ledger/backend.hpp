@@ -81,6 +81,8 @@ std::vector<T> run_all(std::vector<boost::asio::awaitable<T>> operations, int th
 // The first of the stores the backend's config opens (no migration),
 // failing the test when it cannot.
 std::unique_ptr<Store> open_store(Backend& backend);
+// open_store on a ledger migrated to the latest version first.
+std::unique_ptr<Store> migrated_store(Backend& backend);
 // A fresh reservation of fingerprint `fp` (key "key-<fp>", run "run-1"): its
 // intent id, failing the test when it is refused.
 std::int64_t reserve(Store& store, const std::string& fp);
@@ -90,6 +92,11 @@ Outcome completed(std::int64_t id, int attempt);
 
 ReserveRequest reserve_request(const std::string& fingerprint, const std::string& key,
                                const std::string& run = "run-1");
+
+// An admission of reserve_request(fp, key, run) charged against `budget`,
+// its first attempt (of at most 3) leased for a minute.
+AdmitRequest admit_request(const std::string& fp, const std::string& key, std::int64_t budget = 100000,
+                           const std::string& run = "run-1");
 
 }  // namespace idemgate::ledger::test
 
