@@ -23,6 +23,7 @@ class Category final : public boost::system::error_category {
       case errc::storage_failure: return "storage failure";
       case errc::shutting_down: return "ledger shutting down";
       case errc::queue_full: return "ledger queue full";
+      case errc::old_server: return "PostgreSQL server older than 14, the oldest the ledger supports";
     }
     return "unknown ledger error";
   }

@@ -35,6 +35,9 @@ enum class errc {
   // come from a statement the server cancelled after another transaction
   // of the same call committed: not so.) The proxy waits for room.
   queue_full,
+  // The PostgreSQL server is older than the ledger supports (14): nothing
+  // was migrated.
+  old_server,
 };
 
 const boost::system::error_category& ledger_category() noexcept;

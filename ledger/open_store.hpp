@@ -26,7 +26,8 @@ std::unique_ptr<DirectAdmit> open_direct_admit(const config::Ledger& config);
 std::string fingerprint_key_path(const config::Ledger& config);
 
 // Applies the migrations the database lacks; returns the schema version.
-// errc::newer_schema when the database is ahead of this binary.
+// errc::newer_schema when the database is ahead of this binary;
+// errc::old_server when its PostgreSQL server is older than 14.
 Result<int> migrate(const config::Ledger& config);
 
 }  // namespace idemgate::ledger

@@ -219,6 +219,7 @@ error_code PgStore::batch(const std::function<void()>& body, Calls calls, Durabi
 
 Result<int> PgStore::migrate() {
   return transact([&](pqxx::transaction_base& w) {
+    if (!supported_server(w.conn().server_version())) throw Abort{errc::old_server};
     // Replicas starting together migrate one at a time. A script may take
     // longer than ledger.statement_timeout (an index build on a big ledger),
     // which bounds request-path statements, not this; lock_timeout still

@@ -22,7 +22,8 @@ class Store {
   virtual ~Store() = default;
 
   // Applies missing migrations; returns the schema version now in force.
-  // errc::newer_schema when the database is ahead of this binary.
+  // errc::newer_schema when the database is ahead of this binary;
+  // errc::old_server when its PostgreSQL server is older than 14.
   virtual Result<int> migrate() = 0;
 
   // Group commit: opens one write transaction, runs body, and commits it

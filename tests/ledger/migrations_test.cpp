@@ -5,6 +5,7 @@
 
 #include "ledger/migrations.hpp"
 #include "ledger/open_store.hpp"
+#include "ledger/pg_store.hpp"
 
 #include <chrono>
 
@@ -34,6 +35,19 @@ LEDGER_CONFORMANCE(migrations, "migrations from empty then re-run then a newer s
                 std::to_string(latest + 1) + ", 'from the future')");
   CHECK(migrate(backend.config).error() == errc::newer_schema);
   CHECK(Ledger::open(backend.config, {}, "replica-a").error() == errc::newer_schema);
+}
+
+TEST_CASE("unit: the PostgreSQL ledger needs a server of version 14 or later, and says so") {
+  CHECK_FALSE(supported_server(0));  // libpq's answer without a connection
+  CHECK_FALSE(supported_server(90624));
+  CHECK_FALSE(supported_server(130015));
+  CHECK_FALSE(supported_server(139999));
+  CHECK(supported_server(140000));
+  CHECK(supported_server(150004));
+  CHECK(supported_server(170002));
+  auto const said = make_error_code(errc::old_server).message();
+  CHECK(said.find("PostgreSQL") != std::string::npos);
+  CHECK(said.find("14") != std::string::npos);
 }
 
 TEST_CASE("unit: embedded migrations are numbered from 1 without gaps on both backends") {
