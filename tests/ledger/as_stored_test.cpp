@@ -4,6 +4,9 @@
 // the Ledger's batched reservations and admissions.
 #include "backend.hpp"
 
+#include <map>
+#include <span>
+
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
 
@@ -130,4 +133,95 @@ LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions re
   }
   CHECK(started == 24);
   MESSAGE(backend.name() << ": " << ledger->stats().reserve_batches.load() << " reservation transactions for 48 calls");
+}
+
+LEDGER_CONFORMANCE(first_asked_wins_large_batch,
+                   "in a batch of any size, the first request for a fingerprint is the one reserved") {
+  auto store = migrated_store(backend);
+  // 21 fingerprints asked three times each (63 requests: past the size
+  // below which a sort is an insertion sort, stable whatever it is),
+  // interleaved so that each fingerprint's requests lie far apart, and
+  // each one's first request is not the first in any other order.
+  std::vector<ReserveRequest> requests;
+  for (int round = 0; round < 3; ++round)
+    for (int f = 0; f < 21; ++f) {
+      auto const fp = "fw-" + std::to_string(round % 2 ? 20 - f : f);
+      auto r = reserve_request(fp, "kw-" + std::to_string(round) + "-" + fp, "run-w" + std::to_string(round));
+      r.request_snapshot = "{\"round\":" + std::to_string(round) + "}";
+      r.scope = "";  // one scope (the global one) for every run: the runs' requests collide
+      requests.push_back(std::move(r));
+    }
+  auto results = store->reserve_intents(requests);
+  REQUIRE(results.size() == requests.size());
+  std::map<std::string, std::size_t> first;  // fingerprint -> the index that asked first
+  for (std::size_t i = 0; i < requests.size(); ++i) first.try_emplace(requests[i].fingerprint, i);
+  int reserved = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE_MESSAGE(results[i].has_value(), results[i].error().message());
+    auto const winner = first.at(requests[i].fingerprint);
+    const auto& got = results[i]->intent;
+    CHECK(got.key == requests[winner].key);
+    CHECK(got.run == requests[winner].run);
+    CHECK(got.request_snapshot == requests[winner].request_snapshot);
+    CHECK(got.id == results[winner]->intent.id);
+    if (i == winner) {
+      CHECK(results[i]->outcome == ReserveOutcome::reserved);
+      ++reserved;
+      auto stored = store->find_intent(got.id);
+      REQUIRE(stored.has_value());
+      expect_as_stored(got, *stored);
+    } else {
+      CHECK(results[i]->outcome == ReserveOutcome::existing);
+    }
+  }
+  CHECK(reserved == 21);
+}
+
+LEDGER_CONFORMANCE(superseding_reservation_as_stored,
+                   "a reservation that supersedes a passed window, and one in a batch, answer as stored") {
+  auto store = migrated_store(backend);
+  // A window of 0 ms has passed for any later transaction.
+  auto old_request = reserve_request("fs-1", "ks-old", "run-s");
+  old_request.window = Millis(0);
+  auto old = store->reserve_intents(std::span(&old_request, 1));
+  REQUIRE(old.size() == 1);
+  REQUIRE_MESSAGE(old[0].has_value(), old[0].error().message());
+  REQUIRE(old[0]->outcome == ReserveOutcome::reserved);
+
+  std::vector<ReserveRequest> requests;
+  auto again = reserve_request("fs-1", "ks-new", "run-t");  // takes fs-1 over
+  again.tool = "refund";
+  again.window = Millis(3000);
+  again.unknown_ttl = Millis(7000);
+  again.request_snapshot = R"({"again":true})";
+  again.start = ReserveRequest::Start{Millis(4500), "replica-s"};
+  requests.push_back(again);
+  auto fresh = reserve_request("fs-2", "ks-fresh", "run-t");
+  fresh.request_snapshot = R"({"fresh":true})";
+  requests.push_back(fresh);
+
+  // In a batch (one transaction with a savepoint per call), as the Ledger
+  // runs them.
+  std::vector<Result<Reservation>> results;
+  auto committed = store->batch([&] { results = store->reserve_intents(requests); });
+  REQUIRE_MESSAGE(!committed, committed.message());
+  REQUIRE(results.size() == 2);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE_MESSAGE(results[i].has_value(), results[i].error().message());
+    CHECK(results[i]->outcome == ReserveOutcome::reserved);
+    const auto& got = results[i]->intent;
+    CHECK(got.key == requests[i].key);
+    auto stored = store->find_intent(got.id);
+    REQUIRE(stored.has_value());
+    expect_as_stored(got, *stored);
+    CHECK(got.window_until - got.created_at == requests[i].window);
+  }
+  CHECK(results[0]->intent.id != old[0]->intent.id);
+  CHECK(results[0]->started);
+  CHECK(*results[0]->intent.lease_until - results[0]->intent.created_at == Millis(4500));
+  auto before = store->find_intent(old[0]->intent.id);
+  REQUIRE(before.has_value());
+  CHECK(before->key == "ks-old");  // still there, no longer live
 }
