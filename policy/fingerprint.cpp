@@ -138,18 +138,23 @@ void insert_form_pair(boost::json::value& root, const std::vector<std::string>& 
   }
 }
 
+// A Content-Type's media type, lowercase, without its parameters and the
+// optional whitespace (spaces and tabs, RFC 9110's OWS) around it.
+std::string media_type(std::string_view content_type) {
+  auto m = content_type.substr(0, content_type.find(';'));
+  auto const ows = [](char c) { return c == ' ' || c == '\t'; };
+  while (!m.empty() && ows(m.front())) m.remove_prefix(1);
+  while (!m.empty() && ows(m.back())) m.remove_suffix(1);
+  return lowercase(m);
+}
+
 bool is_json_content_type(std::string_view content_type) {
-  const auto media = lowercase(content_type.substr(0, content_type.find(';')));
-  std::string_view m = media;
-  while (!m.empty() && m.back() == ' ') m.remove_suffix(1);
+  auto const m = media_type(content_type);
   return m == "application/json" || m.ends_with("+json");
 }
 
 bool is_form_content_type(std::string_view content_type) {
-  const auto media = lowercase(content_type.substr(0, content_type.find(';')));
-  std::string_view m = media;
-  while (!m.empty() && m.back() == ' ') m.remove_suffix(1);
-  return m == "application/x-www-form-urlencoded";
+  return media_type(content_type) == "application/x-www-form-urlencoded";
 }
 
 bool pointer_is_ignored(const std::vector<std::string>& ignore, const std::string& pointer) {

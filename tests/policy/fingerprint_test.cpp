@@ -266,6 +266,26 @@ TEST_CASE("a malformed JSON body is hashed as raw bytes and flagged, never a cra
   CHECK(fp("{\"amount\": 1") != fp("{\"amount\": 2"));
 }
 
+TEST_CASE("the media type is read past spaces and tabs around it, in any case") {
+  // RFC 9110's optional whitespace before a parameter's ";" is spaces or
+  // tabs; a JSON or form body behind either is still canonical.
+  const auto json = fp(R"({"amount":1,"currency":"eur"})");
+  for (std::string_view type : {"application/json\t; charset=utf-8", "application/json \t;charset=utf-8",
+                                "\tApplication/JSON", "application/json\t", "application/json \t "}) {
+    CAPTURE(type);
+    CHECK(fp(R"({"currency":"eur","amount":1})", type) == json);
+  }
+  CHECK(fp(R"({"b":1,"a":2})", "application/problem+json\t;x=y") == fp(R"({"a":2,"b":1})", "application/problem+json"));
+  const auto form = fp("amount=1&currency=eur", "application/x-www-form-urlencoded");
+  for (std::string_view type : {"application/x-www-form-urlencoded\t;charset=utf-8",
+                                "\t application/x-www-form-urlencoded \t"}) {
+    CAPTURE(type);
+    CHECK(fp("currency=eur&amount=1", type) == form);
+  }
+  // Whitespace inside the media type is no media type of these.
+  CHECK(fp(R"({"b":1,"a":2})", "application/ json") != fp(R"({"a":2,"b":1})", "application/ json"));
+}
+
 TEST_CASE("other content types are raw bytes; MCP request ids are ignored") {
   CHECK(fp("a=1&b=2", "text/plain") != fp("b=2&a=1", "text/plain"));
   Tool mcp;
