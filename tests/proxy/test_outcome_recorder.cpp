@@ -1,11 +1,16 @@
-// record_after_answer (proxy/outcome_recorder.hpp) over a real SQLite ledger
-// file: the caller's view of the settled intent, the pending entry a retry
-// meanwhile finds, and the record that lands.
+// record_after_answer and record_outcome (proxy/outcome_recorder.hpp) over
+// a real SQLite ledger file: the caller's view of the settled intent, the
+// pending entry a retry meanwhile finds, the record that lands, is given up
+// or is dropped past the bound, the background's backoff, and the log lines
+// an operator reads of each.
 #include "proxy/outcome_recorder.hpp"
 
 #include "ledger/ledger.hpp"
+#include "proxy/log.hpp"
 
 #include <doctest/doctest.h>
+
+#include <boost/json/parse.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -13,12 +18,18 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace asio = boost::asio;
 namespace ledger = idemgate::ledger;
@@ -47,14 +58,94 @@ struct SqliteLedger {
   }
 };
 
-// Runs `body` as a coroutine to its end.
+// Runs `body` as a coroutine to its end, and the io_context until nothing
+// is left on it (records still trying after a failed REQUIRE included), so
+// that it outlives them; then rethrows what ended `body`.
 template <class Body>
 void run(Body body) {
   asio::io_context ioc;
-  asio::co_spawn(ioc, body, [](std::exception_ptr e) {
-    if (e) std::rethrow_exception(e);
-  });
+  std::exception_ptr failed;
+  asio::co_spawn(ioc, body, [&failed](std::exception_ptr e) { failed = e; });
   ioc.run();
+  if (failed) std::rethrow_exception(failed);
+}
+
+// The log's lines (stderr) while it lives: file descriptor 2 points at a
+// file of its own meanwhile.
+class LogCapture {
+ public:
+  LogCapture() {
+    idemgate::proxy::log_flush();  // earlier lines go where they were going
+    fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    REQUIRE(fd_ >= 0);
+    saved_ = ::dup(STDERR_FILENO);
+    REQUIRE(::dup2(fd_, STDERR_FILENO) == STDERR_FILENO);
+  }
+  ~LogCapture() {
+    idemgate::proxy::log_flush();
+    ::dup2(saved_, STDERR_FILENO);
+    ::close(saved_);
+    ::close(fd_);
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  // The lines of `event` written so far, each as its JSON object.
+  std::vector<boost::json::object> events(std::string_view event) {
+    idemgate::proxy::log_flush();
+    std::ifstream in(path_);
+    std::vector<boost::json::object> out;
+    for (std::string line; std::getline(in, line);) {
+      boost::system::error_code ec;
+      auto value = boost::json::parse(line, ec);
+      if (ec || !value.is_object()) continue;  // not the log's (a sanitizer's report)
+      auto const* name = value.as_object().if_contains("event");
+      if (name && name->is_string() && name->as_string() == event) out.push_back(value.as_object());
+    }
+    return out;
+  }
+
+ private:
+  std::filesystem::path path_ = std::filesystem::temp_directory_path() /
+                                ("idemgate-recorder-log-" + std::to_string(std::random_device{}()));
+  int fd_ = -1;
+  int saved_ = -1;
+};
+
+// A fresh ledger, the log captured, and the records pending before.
+struct Recording {
+  SqliteLedger file;
+  ledger::Ledger& l = *file.opened;
+  LogCapture log;
+  int const pending_before = idemgate::proxy::pending_records();
+};
+
+// An admission of a charge (fingerprint `fp`, key `key`) with its first
+// attempt begun.
+ledger::AdmitRequest charge_admission(const std::string& fp, const std::string& key) {
+  ledger::AdmitRequest a;
+  a.reserve.run = "run-1";
+  a.reserve.tool = "stripe.create_charge";
+  a.reserve.scope = "run-1";
+  a.reserve.fingerprint = fp;
+  a.reserve.key = key;
+  a.budget = 10;
+  a.first_attempt = ledger::FirstAttempt{2, 30s, {}};
+  return a;
+}
+
+// Admits a charge (charge_admission) with a small snapshot: its intent's id.
+asio::awaitable<std::int64_t> admit_charge(ledger::Ledger& l, const std::string& fp, const std::string& key) {
+  // Each on its own line: GCC 12 and temporaries beside a co_await.
+  auto request = charge_admission(fp, key);
+  ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges", {}, "{}"};
+  auto admitted_box = co_await l.admit(std::move(request), std::move(snap));
+  auto& admitted = *admitted_box;
+  REQUIRE(admitted.has_value());
+  REQUIRE(admitted->start.has_value());
+  co_return admitted->reservation.intent.id;
 }
 
 }  // namespace
@@ -64,14 +155,7 @@ TEST_CASE("record_after_answer: the caller's view is light, the pending entry wh
   auto& l = *file.opened;
 
   run([&]() -> asio::awaitable<void> {
-    ledger::AdmitRequest a;
-    a.reserve.run = "run-1";
-    a.reserve.tool = "stripe.create_charge";
-    a.reserve.scope = "run-1";
-    a.reserve.fingerprint = "fp-1";
-    a.reserve.key = "key-1";
-    a.budget = 10;
-    a.first_attempt = ledger::FirstAttempt{2, 30s, {}};
+    auto a = charge_admission("fp-1", "key-1");
     ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges",
                                  {{"Content-Type", "application/json"}}, R"({"amount":100})"};
     auto admitted_box = co_await l.admit(std::move(a), std::move(snap));
@@ -190,20 +274,7 @@ TEST_CASE("record_after_answer: a record the ledger refuses is tried again until
     CHECK(idemgate::proxy::pending_outcome(l, 1, 1).has_value());
 
     // Now the intent is admitted with its first attempt begun: the next try lands.
-    ledger::AdmitRequest a;
-    a.reserve.run = "run-1";
-    a.reserve.tool = "stripe.create_charge";
-    a.reserve.scope = "run-1";
-    a.reserve.fingerprint = "fp-9";
-    a.reserve.key = "key-9";
-    a.budget = 10;
-    a.first_attempt = ledger::FirstAttempt{2, 30s, {}};
-    ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges", {}, "{}"};
-    auto admitted_box = co_await l.admit(std::move(a), std::move(snap));
-    auto& admitted = *admitted_box;
-    REQUIRE(admitted.has_value());
-    REQUIRE(admitted->reservation.intent.id == 1);
-    REQUIRE(admitted->start.has_value());
+    CHECK(co_await admit_charge(l, "fp-9", "key-9") == 1);
 
     CHECK(co_await idemgate::proxy::outcome_landed(l, 1, 1, 10s));
     auto stored = co_await l.find_intent(1);
@@ -216,10 +287,7 @@ TEST_CASE("record_after_answer: a record the ledger refuses is tried again until
   });
 }
 
-TEST_CASE("record_after_answer: a record that cannot land is given up when its time is out") {
-  SqliteLedger file;
-  auto& l = *file.opened;
-  auto const pending_before = idemgate::proxy::pending_records();
+TEST_CASE_FIXTURE(Recording, "record_after_answer: a record that cannot land is given up when its time is out") {
 
   run([&]() -> asio::awaitable<void> {
     // No intent 7 ever: tried at once, then after waits of 100, 200, 400 ms;
@@ -234,5 +302,96 @@ TEST_CASE("record_after_answer: a record that cannot land is given up when its t
     CHECK(idemgate::proxy::pending_records() == pending_before);
     auto stored = co_await l.find_intent(7);
     CHECK_FALSE(stored.has_value());
+  });
+  // Told once, with what an operator needs: which attempt, how often it was
+  // tried, why it failed, and what becomes of it.
+  auto const lost = log.events("ledger_record_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].at("intent") == 7);
+  CHECK(lost[0].at("attempt") == 1);
+  CHECK(lost[0].at("tries").to_number<int>() >= 2);
+  CHECK_FALSE(lost[0].at("error").as_string().empty());
+  CHECK(std::string_view(lost[0].at("detail").as_string()).find("unknown") != std::string_view::npos);
+  CHECK(log.events("ledger_record_landed").empty());
+}
+
+TEST_CASE_FIXTURE(Recording, "record_outcome: three tries on the request path, then the background's from the fourth, logged") {
+
+  run([&]() -> asio::awaitable<void> {
+    // Intent 1 does not exist yet: every try is refused (not_found).
+    auto const errors = l.stats().errors.load();
+    auto const until = std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + 30s);
+    auto recorded = co_await idemgate::proxy::record_outcome(l, completed_outcome(1), until);
+    auto const handed = std::chrono::steady_clock::now();
+    CHECK_FALSE(recorded.has_value());
+    CHECK(l.stats().errors.load() == errors + 3);
+    CHECK(idemgate::proxy::pending_records() == pending_before + 1);
+    // No answer was given yet: nothing for a retry to be shown.
+    CHECK_FALSE(idemgate::proxy::pending_outcome(l, 1, 1).has_value());
+    auto const retry = log.events("ledger_record_retry");
+    REQUIRE(retry.size() == 1);
+    CHECK(retry[0].at("intent") == 1);
+    CHECK(retry[0].at("attempt") == 1);
+    CHECK(retry[0].at("class") == "success");
+    CHECK(retry[0].at("pending") == pending_before + 1);
+
+    // The background's first try (the fourth) comes after the fourth
+    // backoff, 400 ms (a timer never fires early), and fails too.
+    REQUIRE(co_await eventually([&] { return l.stats().errors.load() > errors + 3; }));
+    CHECK(std::chrono::steady_clock::now() - handed >= 400ms);
+
+    // The intent exists now: a later try lands, told with its count.
+    CHECK(co_await admit_charge(l, "fp-r", "key-r") == 1);
+    REQUIRE(co_await eventually([&] { return idemgate::proxy::pending_records() == pending_before; }));
+    auto stored = co_await l.find_intent(1);
+    REQUIRE(stored.has_value());
+    CHECK(stored->state == ledger::IntentState::completed);
+    CHECK(stored->receipt == "ch_9");
+  });
+  auto const landed = log.events("ledger_record_landed");
+  REQUIRE(landed.size() == 1);
+  CHECK(landed[0].at("intent") == 1);
+  CHECK(landed[0].at("attempt") == 1);
+  CHECK(landed[0].at("result") == "recorded");
+  CHECK(landed[0].at("tries").to_number<int>() >= 5);  // three, at least one in the background, then the one that landed
+  CHECK(log.events("ledger_record_lost").empty());
+}
+
+TEST_CASE_FIXTURE(Recording, "record_after_answer: past the bound, the newest record is dropped, logged, and shown to no retry") {
+  REQUIRE(pending_before < idemgate::proxy::kMaxPendingRecords);
+
+  run([&]() -> asio::awaitable<void> {
+    // Records that cannot land (no such intents), each tried for 300 ms.
+    // Nothing completes while this loop runs (it never suspends), so the
+    // count only grows.
+    auto const room = idemgate::proxy::kMaxPendingRecords - pending_before;
+    for (int i = 0; i < room; ++i) co_await hand_over(l, 1000 + i, 300ms);
+    CHECK(idemgate::proxy::pending_records() == idemgate::proxy::kMaxPendingRecords);
+    co_await hand_over(l, 999, 300ms);  // one too many
+    CHECK(idemgate::proxy::pending_records() == idemgate::proxy::kMaxPendingRecords);
+    // The dropped one leaves no pending entry behind (a retry reads the
+    // ledger: the attempt still in flight, then unknown by its lease); the
+    // others keep theirs.
+    CHECK_FALSE(idemgate::proxy::pending_outcome(l, 999, 1).has_value());
+    CHECK(idemgate::proxy::pending_outcome(l, 1000, 1).has_value());
+    CHECK(idemgate::proxy::pending_outcome(l, 1000 + room - 1, 1).has_value());
+    // CHECKs only until every record has ended: they run on this
+    // io_context, which must outlive them.
+    auto const dropped = log.events("ledger_record_dropped");
+    CHECK(dropped.size() == 1);
+    if (!dropped.empty()) {
+      CHECK(dropped[0].at("what") == "record_outcome");
+      CHECK(dropped[0].at("pending") == idemgate::proxy::kMaxPendingRecords);
+    }
+
+    // Then every one is given up in its time, and the count comes back.
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (auto const end = std::chrono::steady_clock::now() + 60s;
+         idemgate::proxy::pending_records() != pending_before && std::chrono::steady_clock::now() < end;) {
+      timer.expires_after(5ms);
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+    CHECK(idemgate::proxy::pending_records() == pending_before);
+    CHECK_FALSE(idemgate::proxy::pending_outcome(l, 1000, 1).has_value());
   });
 }
