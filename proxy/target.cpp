@@ -176,7 +176,7 @@ std::optional<Target> parse_plain_absolute_target(std::string_view text) {
   }
   t.host = std::string(host);
   std::string_view const origin = text.substr(origin_start);
-  if (origin.empty() || origin.front() == '?') t.origin_form = "/";
+  if (origin.empty() || origin.front() == '?') t.origin_form = '/';  // a char: GCC 12.2 warns on a one-character literal (bug 105329)
   t.origin_form += origin;
   return t;
 }
@@ -266,7 +266,7 @@ std::optional<Target> parse_authority_target(std::string_view text) {
   if (!normal) return std::nullopt;
   t.host = std::move(*normal);
   if (!t.host_is_ip) t.host_is_ip = is_dotted_ipv4(t.host);
-  t.origin_form = "/";
+  t.origin_form = '/';  // a char, as above
   return t;
 }
 
