@@ -4,6 +4,7 @@
 // pg_direct.cpp needs libpq alone.
 #pragma once
 
+#include "ledger/errc.hpp"
 #include "ledger/store_support.hpp"
 #include "ledger/types.hpp"
 
@@ -14,6 +15,19 @@
 #include <string_view>
 
 namespace idemgate::ledger::pg {
+
+// Whether the ledger runs on a PostgreSQL server of this version (as libpq
+// gives it: 150004 for 15.4, 0 without a connection): errc::old_server
+// below 14, the oldest supported (there extract() is exact numeric, so the
+// times a reservation answers, computed from the statement's now(), agree
+// with the stored ones to the millisecond). Checked on every connection,
+// before anything is sent: opening or migrating a ledger on an older server
+// fails with it, and so does every call after a failover to one.
+inline boost::system::error_code check_server(int version) noexcept {
+  if (version <= 0) return errc::unavailable;
+  if (version < 140000) return errc::old_server;
+  return {};
+}
 
 // The URL with `option` ("name=value") added, unless it sets that name
 // itself.

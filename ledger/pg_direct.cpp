@@ -429,6 +429,9 @@ std::shared_ptr<PgDirectAdmit::Connection> PgDirectAdmit::open_connection() {
     if (state == PGRES_POLLING_FAILED) return nullptr;
     if (!ready(raw, state == PGRES_POLLING_READING ? POLLIN : POLLOUT, stop_fd_, give_up)) return nullptr;
   }
+  // A server the ledger does not support (check_server) gets nothing: the
+  // admissions go through the ledger's workers, which name the refusal.
+  if (pg::check_server(PQserverVersion(raw))) return nullptr;
   if (PQsetnonblocking(raw, 1) != 0) return nullptr;
   if (!PQsendQuery(raw, pg::session_settings(statement_timeout_).c_str()) || !finished(raw, stop_fd_, give_up))
     return nullptr;

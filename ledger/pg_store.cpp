@@ -124,6 +124,12 @@ error_code PgStore::connect() {
   if (now < next_connect_) return errc::unavailable;
   try {
     auto c = std::make_unique<Connection>(url_);
+    if (auto ec = pg::check_server(c->c.server_version())) {
+      // Refused like a failed connection (with its backoff), but named.
+      backoff_ = std::clamp(backoff_ * 2, Millis(50), Millis(2000));
+      next_connect_ = now + backoff_;
+      return ec;
+    }
     pqxx::nontransaction setup(c->c);
     // A blocking statement is bounded here, not by the caller: the worker
     // thread gets its answer (or 57014) within statement_timeout.
@@ -219,7 +225,6 @@ error_code PgStore::batch(const std::function<void()>& body, Calls calls, Durabi
 
 Result<int> PgStore::migrate() {
   return transact([&](pqxx::transaction_base& w) {
-    if (!supported_server(w.conn().server_version())) throw Abort{errc::old_server};
     // Replicas starting together migrate one at a time. A script may take
     // longer than ledger.statement_timeout (an index build on a big ledger),
     // which bounds request-path statements, not this; lock_timeout still

@@ -18,13 +18,6 @@
 
 namespace idemgate::ledger {
 
-// Whether the ledger runs on a PostgreSQL server of this version (as libpq
-// gives it: 150004 for 15.4). 14 is the oldest: there extract() is exact
-// numeric, so the times a reservation answers, computed from the
-// statement's now(), agree with the stored ones to the millisecond.
-// PgStore::migrate refuses an older server with errc::old_server.
-constexpr bool supported_server(int version) noexcept { return version >= 140000; }
-
 class PgStore final : public Store {
  public:
   PgStore(std::string url, Millis statement_timeout);

@@ -2,6 +2,7 @@
 #include "ledger/redact.hpp"
 
 #include "ledger/store_support.hpp"
+#include "policy/headers.hpp"
 
 #include <boost/json.hpp>
 #include <boost/json/basic_parser_impl.hpp>
@@ -138,28 +139,12 @@ std::string_view header_value(const Headers& headers, std::string_view name) {
   return {};
 }
 
-// The media type of a Content-Type value, optional white space (spaces and
-// tabs) around it dropped.
-std::string_view media_type(std::string_view content_type) {
-  auto type = content_type.substr(0, content_type.find(';'));
-  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
-  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
-  return type;
-}
-
-bool is_form(std::string_view content_type) {
-  return iequals(media_type(content_type), "application/x-www-form-urlencoded");
-}
-
 // Declared JSON (application/json, any +json type), or written like it (an
 // object or an array, after white space or a byte order mark): what a
 // provider may read as JSON though Boost.JSON refuses it (invalid UTF-8, a
 // lone surrogate, deeper than 32, trailing bytes).
 bool may_be_json(std::string_view body, std::string_view content_type) {
-  auto const type = media_type(content_type);
-  if (iequals(type, "application/json") ||
-      (type.size() > 5 && iequals(type.substr(type.size() - 5), "+json")))
-    return true;
+  if (policy::is_json_media_type(content_type)) return true;
   if (body.starts_with("\xef\xbb\xbf")) body.remove_prefix(3);
   auto const first = body.find_first_not_of(" \t\r\n");
   return first != std::string_view::npos && (body[first] == '{' || body[first] == '[');
@@ -329,7 +314,7 @@ std::string redact_body(std::string_view body, std::string_view content_type,
   boost::system::error_code ec;
   auto doc = boost::json::parse(body, ec);
   if (ec) {
-    if (is_form(content_type)) return redact_form(body, rules);
+    if (policy::is_form_media_type(content_type)) return redact_form(body, rules);
     // JSON the rules cannot reach into: none of it is kept (as for an
     // answer cut before it was stored).
     if (may_be_json(body, content_type)) return {};
@@ -403,7 +388,7 @@ StoredResponse redact_response(StoredResponse response, const config::Redact& ru
     auto const type = header_value(response.headers, "Content-Type");
     // Cut before it got here (longer than limits.guarded_answer), a JSON body
     // does not parse, so redact.body could not reach into it: none is kept.
-    if (response.truncated && !is_form(type)) response.body.clear();
+    if (response.truncated && !policy::is_form_media_type(type)) response.body.clear();
     response.body = redact_body(response.body, type, rules);
   }
   std::erase_if(response.headers, [&](const auto& h) { return is_secret_header(h.first, rules); });

@@ -138,25 +138,6 @@ void insert_form_pair(boost::json::value& root, const std::vector<std::string>& 
   }
 }
 
-// A Content-Type's media type, lowercase, without its parameters and the
-// optional whitespace (spaces and tabs, RFC 9110's OWS) around it.
-std::string media_type(std::string_view content_type) {
-  auto m = content_type.substr(0, content_type.find(';'));
-  auto const ows = [](char c) { return c == ' ' || c == '\t'; };
-  while (!m.empty() && ows(m.front())) m.remove_prefix(1);
-  while (!m.empty() && ows(m.back())) m.remove_suffix(1);
-  return lowercase(m);
-}
-
-bool is_json_content_type(std::string_view content_type) {
-  auto const m = media_type(content_type);
-  return m == "application/json" || m.ends_with("+json");
-}
-
-bool is_form_content_type(std::string_view content_type) {
-  return media_type(content_type) == "application/x-www-form-urlencoded";
-}
-
 bool pointer_is_ignored(const std::vector<std::string>& ignore, const std::string& pointer) {
   return std::any_of(ignore.begin(), ignore.end(), [&](const std::string& p) {
     return pointer == p || (pointer.size() > p.size() && pointer.starts_with(p) && pointer[p.size()] == '/');
@@ -262,7 +243,7 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
     std::string canonical_body;
     if (input.body.empty()) {
       result.body_kind = BodyKind::empty;
-    } else if (is_json_content_type(input.content_type)) {
+    } else if (is_json_media_type(input.content_type)) {
       boost::system::error_code ec;
       auto parsed = parse_json(input.body, ec);
       if (ec) {
@@ -285,7 +266,7 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
         canonical_body = mcp ? std::move(*mcp) : canonical_json(hashed);
         result.body = std::move(parsed);
       }
-    } else if (is_form_content_type(input.content_type)) {
+    } else if (is_form_media_type(input.content_type)) {
       result.body_kind = BodyKind::form;
       auto pairs = parse_form(input.body);
       boost::json::value as_json = boost::json::object();

@@ -12,15 +12,33 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
   return true;
 }
 
+namespace {
+
+std::string_view trim_ows(std::string_view value) noexcept {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  return value;
+}
+
+}  // namespace
+
 std::optional<std::string_view> find_header(HeaderView headers, std::string_view name) noexcept {
-  for (const auto& header : headers) {
-    if (!iequals(header.name, name)) continue;
-    auto value = header.value;
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    return value;
-  }
+  for (const auto& header : headers)
+    if (iequals(header.name, name)) return trim_ows(header.value);
   return std::nullopt;
+}
+
+std::string_view media_type(std::string_view content_type) noexcept {
+  return trim_ows(content_type.substr(0, content_type.find(';')));
+}
+
+bool is_json_media_type(std::string_view content_type) noexcept {
+  auto const type = media_type(content_type);
+  return iequals(type, "application/json") || (type.size() > 5 && iequals(type.substr(type.size() - 5), "+json"));
+}
+
+bool is_form_media_type(std::string_view content_type) noexcept {
+  return iequals(media_type(content_type), "application/x-www-form-urlencoded");
 }
 
 }  // namespace idemgate::policy

@@ -22,4 +22,13 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 // surrounding spaces and tabs.
 std::optional<std::string_view> find_header(HeaderView headers, std::string_view name) noexcept;
 
+// A Content-Type value's media type: without its parameters and the
+// optional white space (spaces and tabs, RFC 9110's OWS) around it, in the
+// case it was sent.
+std::string_view media_type(std::string_view content_type) noexcept;
+// Declared JSON: application/json or any +json type, in any case.
+bool is_json_media_type(std::string_view content_type) noexcept;
+// Declared a form: application/x-www-form-urlencoded, in any case.
+bool is_form_media_type(std::string_view content_type) noexcept;
+
 }  // namespace idemgate::policy

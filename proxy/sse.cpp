@@ -1,7 +1,8 @@
 // SSE parsing and writing (see sse.hpp).
 #include "proxy/sse.hpp"
 
-#include <cctype>
+#include "policy/headers.hpp"
+
 
 namespace idemgate::proxy {
 
@@ -82,15 +83,7 @@ std::string serialize_sse(const std::vector<SseEvent>& events) {
 }
 
 bool is_event_stream(std::string_view content_type) noexcept {
-  auto const media = content_type.substr(0, content_type.find(';'));
-  std::string_view const want = "text/event-stream";
-  std::size_t b = 0, e = media.size();
-  while (b < e && media[b] == ' ') ++b;
-  while (e > b && media[e - 1] == ' ') --e;
-  if (e - b != want.size()) return false;
-  for (std::size_t k = 0; k < want.size(); ++k)
-    if (std::tolower(static_cast<unsigned char>(media[b + k])) != want[k]) return false;
-  return true;
+  return policy::iequals(policy::media_type(content_type), "text/event-stream");
 }
 
 }  // namespace idemgate::proxy

@@ -176,7 +176,8 @@ std::optional<Target> parse_plain_absolute_target(std::string_view text) {
   }
   t.host = std::string(host);
   std::string_view const origin = text.substr(origin_start);
-  if (origin.empty() || origin.front() == '?') t.origin_form = '/';  // a char: GCC 12.2 warns on a one-character literal (bug 105329)
+  // '/' a char: GCC 12 warns -Wstringop-overflow on a one-character literal.
+  if (origin.empty() || origin.front() == '?') t.origin_form = '/';
   t.origin_form += origin;
   return t;
 }

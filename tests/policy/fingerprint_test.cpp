@@ -266,6 +266,27 @@ TEST_CASE("a malformed JSON body is hashed as raw bytes and flagged, never a cra
   CHECK(fp("{\"amount\": 1") != fp("{\"amount\": 2"));
 }
 
+TEST_CASE("golden: the fingerprint's material and HMAC, computed apart from this code") {
+  // The expected digests were computed with Python's hmac over the material
+  // as the format defines it: "idemgate-fingerprint-v3\n", then each field
+  // as "LENGTH:BYTES\n" (tool, method, canonical target, each configured
+  // header's lowercase name and "=value" or "", the body's kind as a number
+  // (1 JSON, 2 form), the canonical body). Changing either changes every
+  // stored fingerprint: a new format version, not a quiet edit.
+  auto golden = [](std::string_view body, std::string_view type) {
+    FingerprintInput in{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
+                        .target = "/v1/charges", .content_type = type, .body = body};
+    in.key = "golden-key-0123456789abcdef";
+    return fingerprint(in, charge_tool()).hex;
+  };
+  auto const json = "d8a76568f6d70ee41e94d24b982862493816f5e358be738e9b31de0f1e518e35";
+  CHECK(golden(R"({"currency":"eur","amount":100})", "application/json") == json);
+  CHECK(golden(R"({"amount":1e2,"currency":"eur"})", "application/json\t; charset=utf-8") == json);
+  auto const form = "d2f89330dc94592be719e864142ccaf4b1141769b5f536cad27efb1983f93d43";
+  CHECK(golden("currency=eur&amount=100", "application/x-www-form-urlencoded") == form);
+  CHECK(golden("amount=100&currency=eur", "Application/X-WWW-Form-Urlencoded\t;charset=utf-8") == form);
+}
+
 TEST_CASE("the media type is read past spaces and tabs around it, in any case") {
   // RFC 9110's optional whitespace before a parameter's ";" is spaces or
   // tabs; a JSON or form body behind either is still canonical.
