@@ -35,8 +35,10 @@ enum class errc {
   // come from a statement the server cancelled after another transaction
   // of the same call committed: not so.) The proxy waits for room.
   queue_full,
-  // The PostgreSQL server is older than the ledger supports (14): nothing
-  // was migrated.
+  // The PostgreSQL server is older than the ledger supports (14): the
+  // connection was refused before anything was sent on it. Any call may
+  // answer it (after a failover to such a server); the proxy answers 503
+  // ledger_unavailable, as for unavailable.
   old_server,
 };
 

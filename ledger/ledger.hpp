@@ -41,8 +41,9 @@
 // own and run alone.
 //
 // Every call completes with a Result; errors to expect on the request path:
-// queue_full, busy and unavailable (answer 503 ledger_unavailable, dispatch
-// nothing; the proxy waits a moment for room first on queue_full),
+// queue_full, busy, unavailable and old_server (answer 503
+// ledger_unavailable, dispatch nothing; the proxy waits a moment for room
+// first on queue_full),
 // illegal_transition, not_found, shutting_down. The Ledger must outlive the
 // calls awaiting it.
 //

@@ -83,13 +83,13 @@ asio::awaitable<Boxed<Admission>> Ledger::admit(AdmitRequest request, RequestSna
       // rest (a read, or the batch's reservation) on a worker, counted as
       // this admission's call. The charge may be committed already: a
       // refusal of the rest is not "nothing written" (busy, queue_full,
-      // shutting_down)
-      // but unavailable, as when a worker's second transaction fails.
+      // shutting_down, old_server) but unavailable, as when a worker's
+      // second transaction fails.
       Order order{Order::reservations, {}, 0};
       auto op = [request, done = std::move(**first)](Store& s) { return s.finish_admission(request, done); };
       auto rest = co_await call<Admission>(std::move(order), std::move(op));
       if (!rest && (rest.error() == errc::busy || rest.error() == errc::queue_full ||
-                    rest.error() == errc::shutting_down))
+                    rest.error() == errc::shutting_down || rest.error() == errc::old_server))
         co_return std::make_unique<Result<Admission>>(errc::unavailable);
       co_return std::make_unique<Result<Admission>>(std::move(rest));
     }

@@ -23,7 +23,8 @@ class Store {
 
   // Applies missing migrations; returns the schema version now in force.
   // errc::newer_schema when the database is ahead of this binary;
-  // errc::old_server when its PostgreSQL server is older than 14.
+  // errc::old_server when its PostgreSQL server is older than 14 (which
+  // any call of a PostgreSQL store may answer: its connections are checked).
   virtual Result<int> migrate() = 0;
 
   // Group commit: opens one write transaction, runs body, and commits it

@@ -267,12 +267,23 @@ TEST_CASE("a malformed JSON body is hashed as raw bytes and flagged, never a cra
 }
 
 TEST_CASE("golden: the fingerprint's material and HMAC, computed apart from this code") {
-  // The expected digests were computed with Python's hmac over the material
-  // as the format defines it: "idemgate-fingerprint-v3\n", then each field
-  // as "LENGTH:BYTES\n" (tool, method, canonical target, each configured
-  // header's lowercase name and "=value" or "", the body's kind as a number
-  // (1 JSON, 2 form), the canonical body). Changing either changes every
-  // stored fingerprint: a new format version, not a quiet edit.
+  // The expected digests were computed with Python's hmac, keyed with
+  // in.key, over the material as the format defines it:
+  // "idemgate-fingerprint-v3\n", then each field as "LENGTH:BYTES\n":
+  // - the tool's name ("stripe.create_charge"), the method ("POST");
+  // - the canonical target, without its default port and (here) without a
+  //   query: "https://api.stripe.com/v1/charges";
+  // - each configured header but the key header, sorted by lowercase name:
+  //   its name and "=value", or "" when absent (here "stripe-account", "";
+  //   Idempotency-Key is skipped);
+  // - the body's kind as a number (1 JSON, 2 form);
+  // - the canonical body: JSON with sorted keys and normalised numbers
+  //   ({"amount":100,"currency":"eur"}), or a form's pairs sorted by JSON
+  //   pointer, each pointer and value a field of its own
+  //   ("7:/amount\n3:100\n9:/currency\n3:eur\n").
+  // Changing either changes every stored fingerprint: a new format version,
+  // not a quiet edit. (Queries, ignored members, raw bodies and MCP calls
+  // are covered by the property tests above, not here.)
   auto golden = [](std::string_view body, std::string_view type) {
     FingerprintInput in{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
                         .target = "/v1/charges", .content_type = type, .body = body};

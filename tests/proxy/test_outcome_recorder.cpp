@@ -19,7 +19,12 @@
 
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -69,8 +74,10 @@ void run(Body body) {
 }
 
 // The log's lines (stderr) while it lives: file descriptor 2 points at a
-// file of its own meanwhile. Lines that are not the log's (a sanitizer's
-// report) go back to the real stderr at the end.
+// file of its own meanwhile. What else is written there goes back to the
+// real stderr at the end. A report that ends the process cannot: ASan's
+// is sent to the real stderr meanwhile, and the file's path is told there
+// first, so anything else (UBSan's) is found in it.
 class LogCapture {
  public:
   LogCapture() {
@@ -78,11 +85,15 @@ class LogCapture {
     fd_ = ::mkstemp(path_.data());
     REQUIRE(fd_ >= 0);
     saved_ = ::dup(STDERR_FILENO);
+    std::string const told = "(stderr captured in " + path_ + " while the log is read)\n";
+    [[maybe_unused]] auto const written = ::write(saved_, told.data(), told.size());
+    report_to(saved_);
     REQUIRE(::dup2(fd_, STDERR_FILENO) == STDERR_FILENO);
   }
   ~LogCapture() {
     idemgate::proxy::log_flush();
     ::dup2(saved_, STDERR_FILENO);
+    report_to(STDERR_FILENO);
     std::ifstream in(path_);
     for (std::string line; std::getline(in, line);)
       if (!parsed(line)) {
@@ -111,6 +122,12 @@ class LogCapture {
   }
 
  private:
+  static void report_to([[maybe_unused]] int fd) {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_set_report_fd(reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)));
+#endif
+  }
+
   // A log line as its object; nullopt for anything else.
   static std::optional<boost::json::object> parsed(const std::string& line) {
     boost::system::error_code ec;
