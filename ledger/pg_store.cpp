@@ -122,14 +122,16 @@ error_code PgStore::connect() {
   connection_.reset();
   auto now = std::chrono::steady_clock::now();
   if (now < next_connect_) return errc::unavailable;
+  // A failed connection, or a server refused (named), backs off: calls until
+  // then fail fast with unavailable.
+  auto back_off = [&](error_code why) {
+    backoff_ = std::clamp(backoff_ * 2, Millis(50), Millis(2000));
+    next_connect_ = now + backoff_;
+    return why;
+  };
   try {
     auto c = std::make_unique<Connection>(url_);
-    if (auto ec = pg::check_server(c->c.server_version())) {
-      // Refused like a failed connection (with its backoff), but named.
-      backoff_ = std::clamp(backoff_ * 2, Millis(50), Millis(2000));
-      next_connect_ = now + backoff_;
-      return ec;
-    }
+    if (auto ec = pg::check_server(c->c.server_version())) return back_off(ec);
     pqxx::nontransaction setup(c->c);
     // A blocking statement is bounded here, not by the caller: the worker
     // thread gets its answer (or 57014) within statement_timeout.
@@ -144,8 +146,6 @@ error_code PgStore::connect() {
     c->c.prepare("record_outcomes_ids",
                  "SELECT id FROM unnest(" + outcomes_call("idemgate_settle_outcomes") + ") AS id");
     c->c.prepare("reserve_intents", reserve_intents_sql());
-    // Store::count_calls: the runs created, locked once each in id order,
-    // then counted ($1 run ids, $2 budgets or counts).
     // count_calls' runs ($1 ids, $2 budgets of new ones), each created if
     // missing and locked, in id order (the lock order), one round trip: the
     // no-op update locks and returns a run that exists (a HOT update: no
@@ -162,9 +162,7 @@ error_code PgStore::connect() {
     backoff_ = Millis(0);
     return {};
   } catch (const std::exception&) {
-    backoff_ = std::clamp(backoff_ * 2, Millis(50), Millis(2000));
-    next_connect_ = now + backoff_;
-    return errc::unavailable;
+    return back_off(errc::unavailable);
   }
 }
 

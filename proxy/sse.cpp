@@ -3,7 +3,6 @@
 
 #include "policy/headers.hpp"
 
-
 namespace idemgate::proxy {
 
 namespace {

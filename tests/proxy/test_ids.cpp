@@ -18,8 +18,8 @@ TEST_CASE("mint_uuid_v7: version 7 keys, none repeated across threads and pool r
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      // 2,000 keys of 10 random bytes and trace ids between them: dozens of refills of a 512-byte pool, with trace
-      // ids of other sizes between them so the draws straddle refills.
+      // 2,000 keys of 10 random bytes, with trace ids of other sizes between
+      // them: dozens of refills of a 512-byte pool, the draws straddling them.
       for (int i = 0; i < 2000; ++i) {
         minted[t].push_back(mint_uuid_v7());
         if (i % 7 == 0) minted[t].push_back(random_hex(13));
