@@ -282,8 +282,8 @@ TEST_CASE("golden: the fingerprint's material and HMAC, computed apart from this
   //   pointer, each pointer and value a field of its own
   //   ("7:/amount\n3:100\n9:/currency\n3:eur\n").
   // Changing either changes every stored fingerprint: a new format version,
-  // not a quiet edit. (Queries, ignored members, raw bodies and MCP calls
-  // are covered by the property tests above, not here.)
+  // not a quiet edit. (Configured headers, queries, ignored members, raw
+  // bodies and MCP calls have golden digests of their own below.)
   auto golden = [](std::string_view body, std::string_view type) {
     FingerprintInput in{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
                         .target = "/v1/charges", .content_type = type, .body = body};
@@ -296,6 +296,153 @@ TEST_CASE("golden: the fingerprint's material and HMAC, computed apart from this
   auto const form = "d2f89330dc94592be719e864142ccaf4b1141769b5f536cad27efb1983f93d43";
   CHECK(golden("currency=eur&amount=100", "application/x-www-form-urlencoded") == form);
   CHECK(golden("amount=100&currency=eur", "Application/X-WWW-Form-Urlencoded\t;charset=utf-8") == form);
+}
+
+namespace {
+
+// The golden cases below, like the one above, are computed apart from this
+// code: Python's hmac.new(key, material, hashlib.sha256), keyed with
+// "golden-key-0123456789abcdef", over the material the format defines (each
+// field "LENGTH:BYTES\n", LENGTH the byte count in decimal). Each case
+// writes out its material in full; where it says P, that is the prefix
+// every charge case shares:
+//   P = "idemgate-fingerprint-v3\n20:stripe.create_charge\n4:POST\n"
+//       "33:https://api.stripe.com/v1/charges\n"
+// A digest that no longer matches is a changed format: every stored
+// fingerprint with it. That wants a new format version, not a new digest
+// pasted here.
+std::string golden_fp(std::string_view body, std::string_view type, std::vector<Header> headers = {},
+                      std::string_view target = "/v1/charges", std::string_view host = "api.stripe.com",
+                      const Tool& tool = charge_tool()) {
+  FingerprintInput in{.method = "POST", .scheme = "https", .host = host, .port = 443, .target = target,
+                      .content_type = type, .body = body, .headers = headers};
+  in.key = "golden-key-0123456789abcdef";
+  return fingerprint(in, tool).hex;
+}
+
+}  // namespace
+
+TEST_CASE("golden: configured headers, present and absent, computed apart from this code") {
+  // charge_tool() names Stripe-Account and Idempotency-Key; the key header
+  // never counts, so only "stripe-account" is in the material: "=" and the
+  // value when the request has it (its name in any case), "" when it does
+  // not.
+  //   P "14:stripe-account\n9:=acct_123\n1:1\n31:{"amount":100,"currency":"eur"}\n"
+  auto const body = R"({"currency":"eur","amount":100})";
+  auto const present = "c28e183b4e53c8c8aa06e07c1b63f4f9d347c550e6d14c00e741921ea9b2aab2";
+  CHECK(golden_fp(body, "application/json", {{"Stripe-Account", "acct_123"}}) == present);
+  CHECK(golden_fp(body, "application/json", {{"Idempotency-Key", "k-2"}, {"stripe-account", "acct_123"}, {"User-Agent", "x"}}) ==
+        present);
+  // Absent: the JSON digest of the test above, whatever else is sent.
+  //   P "14:stripe-account\n0:\n1:1\n31:{"amount":100,"currency":"eur"}\n"
+  auto const absent = "d8a76568f6d70ee41e94d24b982862493816f5e358be738e9b31de0f1e518e35";
+  CHECK(golden_fp(body, "application/json") == absent);
+  CHECK(golden_fp(body, "application/json", {{"Idempotency-Key", "k-1"}, {"User-Agent", "y"}}) == absent);
+  // Present but empty is not absent: "=" against "".
+  //   P "14:stripe-account\n1:=\n1:1\n31:{"amount":100,"currency":"eur"}\n"
+  CHECK(golden_fp(body, "application/json", {{"Stripe-Account", ""}}) ==
+        "3ba639e68a559cecb2dc103f7fb45ae079566052ff1470aaefd80dc7a86ae7c8");
+
+  // Two configured headers, one present and one absent, sorted by lowercase
+  // name whatever the configured order:
+  //   P "14:stripe-account\n9:=acct_123\n14:stripe-version\n0:\n1:1\n"
+  //     "31:{"amount":100,"currency":"eur"}\n"
+  Tool tool = charge_tool();
+  tool.fingerprint.headers = {"Stripe-Version", "Idempotency-Key", "Stripe-Account"};
+  CHECK(golden_fp(body, "application/json", {{"STRIPE-ACCOUNT", "acct_123"}, {"Idempotency-Key", "k-3"}}, "/v1/charges",
+                  "api.stripe.com", tool) == "9e5587ba324ac714c712bff9e6b910aa898b4927409cd83aaa5544d9853f3ac2");
+}
+
+TEST_CASE("golden: a query, sorted and decoded, an ignored parameter left out, computed apart from this code") {
+  // The canonical target carries the query after "?": each parameter's
+  // decoded name as a field and "=" and its decoded value as a field ("" for
+  // a name with no "="), parameters joined by "&", sorted by name with a
+  // name's repeats in the order sent (expand[] b before a), charge_tool()'s
+  // ignore_query "trace" left out. The body is empty: kind 0, "".
+  //   "idemgate-fingerprint-v3\n20:stripe.create_charge\n4:POST\n"
+  //   "131:https://api.stripe.com/v1/charges?6:amount\n4:=100\n&8:currency\n4:=eur\n"
+  //     "&8:expand[]\n2:=b\n&8:expand[]\n2:=a\n&4:flag\n0:\n&4:note\n6:=a b&c\n\n"
+  //   "14:stripe-account\n0:\n1:0\n0:\n"
+  auto const query = "57229330cd36297b0cda2bedf9489c9533c75bf21458d6100826d3ca54ae43db";
+  for (std::string_view target : {
+           "/v1/charges?currency=eur&trace=t1&amount=100&flag&expand[]=b&expand[]=a&note=a+b%26c",
+           // Another order, other escapes, another trace, a path spelled otherwise.
+           "/v1/%63harges/?expand%5B%5D=b&note=a%20b%26c&trace=t2&amount=1%30%30&flag&currency=eur&expand[]=a",
+           "/v1/charges?flag&note=a+b%26c&&expand[]=b&currency=eur&amount=100&expand[]=a",
+       }) {
+    CAPTURE(target);
+    CHECK(golden_fp("", "application/json", {}, target) == query);
+    CHECK(golden_fp("", "application/json", {}, target, "API.Stripe.COM.") == query);
+  }
+  // A name's repeats are a list: sent in the other order, another intent.
+  CHECK(golden_fp("", "application/json", {}, "/v1/charges?expand[]=a&expand[]=b&note=a+b%26c&flag&amount=100&currency=eur") != query);
+}
+
+TEST_CASE("golden: a JSON body's ignored member, computed apart from this code") {
+  // charge_tool() ignores /meta/request_id: it is removed before the body is
+  // made canonical, and only it (its parent stays, even when left empty).
+  //   P "14:stripe-account\n0:\n1:1\n50:{"amount":100,"currency":"eur","meta":{"order":7}}\n"
+  auto const ignored = "976f9d30ef9b0a610ffcc2324ebe849c668a54f4c36ceda2a5d9008ad5d57b6e";
+  CHECK(golden_fp(R"({"meta":{"request_id":"req_1","order":7},"currency":"eur","amount":100})", "application/json") == ignored);
+  CHECK(golden_fp(R"({"amount":1e2,"currency":"eur","meta":{"order":7.0,"request_id":{"x":[1]}}})", "application/json") == ignored);
+  CHECK(golden_fp(R"({"amount":100,"currency":"eur","meta":{"order":7}})", "application/json") == ignored);
+  //   P "14:stripe-account\n0:\n1:1\n24:{"amount":100,"meta":{}}\n"
+  CHECK(golden_fp(R"({"amount":100,"meta":{"request_id":"req_2"}})", "application/json") ==
+        "6a09f71aaa0d02aa33751c3944eafe9b050a7dfc82289b9e16e3d9ad5e84116d");
+  // The same pointer leaves a form pair out:
+  //   P "14:stripe-account\n0:\n1:2\n35:7:/amount\n3:100\n11:/meta/order\n1:7\n\n"
+  CHECK(golden_fp("meta[request_id]=req_1&meta[order]=7&amount=100", "application/x-www-form-urlencoded") ==
+        "5c524bd0c62bb2d05ec50963086e836e97e19f53b8ab86d5ba0bc9fac4e90015");
+}
+
+TEST_CASE("golden: raw and malformed bodies, computed apart from this code") {
+  // A media type neither JSON nor form: kind 3 and the bytes as sent (the
+  // length counts bytes: the euro sign is three).
+  //   P "14:stripe-account\n0:\n1:3\n27:currency=eur&amount=100\n\xe2\x82\xac\n"
+  CHECK(golden_fp("currency=eur&amount=100\n\xe2\x82\xac", "text/plain; charset=utf-8") ==
+        "1ef55ffd755e1e5aa72404c8696e573a57dee406a66154fed2679d5853ebdaa5");
+  CHECK(golden_fp("currency=eur&amount=100\n\xe2\x82\xac", "") ==
+        "1ef55ffd755e1e5aa72404c8696e573a57dee406a66154fed2679d5853ebdaa5");
+  // Declared JSON but not JSON: raw too, kind 3, the bytes as sent with
+  // their spaces (nothing is made canonical).
+  //   P "14:stripe-account\n0:\n1:3\n33:{"amount": 100, "currency": "eur"\n"
+  CHECK(golden_fp(R"({"amount": 100, "currency": "eur")", "application/json") ==
+        "68587f437f6f9b62ac9e0135eb5f0dea1f0af78631d5857adde7bd90fa144104");
+}
+
+TEST_CASE("golden: an MCP tools/call, its name and arguments only, computed apart from this code") {
+  // An MCP tool's tools/call body is, in place of canonical JSON (kind 1
+  // still): "mcp tools/call\n", the tool name's length, ":", the name and
+  // "\n", then canonical params.arguments with no "\n" of its own. The
+  // JSON-RPC id, params._meta and jsonrpc are not in it. The tool
+  // configures no headers, so there are no header fields.
+  //   "idemgate-fingerprint-v3\n12:create_issue\n4:POST\n27:https://mcp.example.com/mcp\n1:1\n"
+  //   "71:mcp tools/call\n12:create_issue\n{"labels":["b","a"],"n":1,"title":"Bug"}\n"
+  Tool mcp;
+  mcp.name = "create_issue";
+  mcp.effect = Effect::write;
+  mcp.match.mcp_tool = "create_issue";
+  auto const call = [&](std::string_view body) {
+    return golden_fp(body, "application/json", {{"Mcp-Session-Id", "s-1"}}, "/mcp", "mcp.example.com", mcp);
+  };
+  auto const with_arguments = "415aeeb4d16bdac117d5efe3c414c0ff151eb8d08b06b173587a4b50ec6edfff";
+  for (std::string_view body : {
+           R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_issue","arguments":{"title":"Bug","n":1.0,"labels":["b","a"]},"_meta":{"progressToken":"p1"}}})",
+           R"({"params":{"arguments":{"labels":["b","a"],"n":1,"title":"Bug"},"name":"create_issue"},"method":"tools/call","id":"req-b","jsonrpc":"2.0"})",
+       }) {
+    CAPTURE(body);
+    CHECK(call(body) == with_arguments);
+  }
+  // Arguments absent, {} or null are the same call: "{}".
+  //   ... "1:1\n33:mcp tools/call\n12:create_issue\n{}\n"
+  for (std::string_view body : {
+           R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_issue"}})",
+           R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_issue","arguments":{}}})",
+           R"({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"create_issue","arguments":null}})",
+       }) {
+    CAPTURE(body);
+    CHECK(call(body) == "51dc2244e8e8e42e5b4a11430d159a11a3d8c478a4e2fe676c927a8d9e4ba0a4");
+  }
 }
 
 TEST_CASE("the media type is read past spaces and tabs around it, in any case") {
