@@ -116,7 +116,9 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         replica = requests[i].start->replica;
       }
     auto insert = [&](const std::vector<std::size_t>& which) {
-      ArrayParam run, tool, scope, fingerprint, key, snapshot, window_ms, ttl_ms, start, lease_ms;
+      using Of = ArrayParam::Of;
+      ArrayParam run(Of::text), tool(Of::text), scope(Of::text), fingerprint(Of::text), key(Of::text),
+          snapshot(Of::text), window_ms(Of::int8), ttl_ms(Of::int8), start(Of::boolean), lease_ms(Of::int8);
       for (auto i : which) {
         const auto& r = requests[i];
         run.text(r.run);
@@ -136,9 +138,9 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       // it: the same order the lock order above relies on).
       std::map<std::tuple<std::string_view, std::string_view, std::string_view>, std::size_t> request_of;
       for (auto i : which) request_of.try_emplace({requests[i].scope, requests[i].fingerprint, requests[i].key}, i);
-      for (const auto& row : w.exec_prepared("reserve_intents", run.str(), tool.str(), scope.str(), fingerprint.str(),
-                                             key.str(), snapshot.str(), window_ms.str(), ttl_ms.str(), start.str(),
-                                             lease_ms.str(), replica)) {
+      for (const auto& row : w.exec_prepared("reserve_intents", run.param(), tool.param(), scope.param(),
+                                             fingerprint.param(), key.param(), snapshot.param(), window_ms.param(),
+                                             ttl_ms.param(), start.param(), lease_ms.param(), replica)) {
         auto const field = [&](int c) { return std::string_view(row[c].c_str(), row[c].size()); };
         auto found = request_of.find({field(1), field(2), field(3)});
         if (found == request_of.end()) throw Abort{errc::storage_failure};  // not a row this batch sent

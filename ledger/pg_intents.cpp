@@ -126,8 +126,11 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
     std::sort(round.begin(), round.end(),
               [&](auto a, auto b) { return outcomes[a].intent_id < outcomes[b].intent_id; });  // the lock order
     auto applied = transact([&](pqxx::transaction_base& w) {
-      ArrayParam id, state, answer_class, status, retry_ms, waive, receipt, has_response, response_status,
-          response_headers, response_body, response_truncated, attempt, attempt_state, sources, note;
+      using Of = ArrayParam::Of;
+      ArrayParam id(Of::int8), state(Of::text), answer_class(Of::text), status(Of::int4), retry_ms(Of::int8),
+          waive(Of::int4), receipt(Of::text), has_response(Of::boolean), response_status(Of::int4),
+          response_headers(Of::text), response_body(Of::bytea), response_truncated(Of::boolean), attempt(Of::int4),
+          attempt_state(Of::text), sources(Of::text), note(Of::text);
       for (auto i : round) {
         const auto& o = outcomes[i];
         const auto* r = o.response ? &*o.response : nullptr;
@@ -153,17 +156,17 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         sources.text(from);
         note.text("settled by reconciliation: " + o.answer_class);
       }
-      auto const ids = id.str();
+      auto const ids = id.param();
       // After their answers the ids alone come back (Store::record_outcome).
       bool const ids_only =
           std::all_of(round.begin(), round.end(), [&](auto i) { return outcomes[i].after_answer; });
       std::map<std::int64_t, Intent> settled;
       for (const auto& row :
-           w.exec_prepared(ids_only ? "record_outcomes_ids" : "record_outcomes", ids, state.str(), answer_class.str(),
-                           status.str(), retry_ms.str(), waive.str(), receipt.str(), has_response.str(),
-                           response_status.str(), response_headers.str(), response_body.str(),
-                           response_truncated.str(), attempt.str(), attempt_state.str(), sources.str(), note.str(),
-                           deferring_)) {
+           w.exec_prepared(ids_only ? "record_outcomes_ids" : "record_outcomes", ids, state.param(), answer_class.param(),
+                           status.param(), retry_ms.param(), waive.param(), receipt.param(), has_response.param(),
+                           response_status.param(), response_headers.param(), response_body.param(),
+                           response_truncated.param(), attempt.param(), attempt_state.param(), sources.param(),
+                           note.param(), deferring_)) {
         Intent intent;
         if (ids_only) {
           intent.id = row[0].as<std::int64_t>();

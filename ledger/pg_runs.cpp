@@ -61,14 +61,14 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
     // one UPDATE: a run's row is taken once per batch, not once per call.
     std::map<std::string, std::int64_t> budgets;
     for (const auto& r : requests) budgets.emplace(r.run, r.budget);
-    ArrayParam ids, limits;
+    ArrayParam ids(ArrayParam::Of::text), limits(ArrayParam::Of::int8);
     for (const auto& [run, budget] : budgets) {
       ids.text(run);
       limits.number(budget);
     }
     // Created if missing and locked, in run id order, by one statement.
     std::map<std::string, Run> runs;
-    for (const auto& row : w.exec_prepared("runs_take", ids.str(), limits.str())) {
+    for (const auto& row : w.exec_prepared("runs_take", ids.param(), limits.param())) {
       auto run = read_run(PgRow(row));
       auto id = run.id;
       runs[id] = std::move(run);
@@ -86,12 +86,12 @@ std::vector<Result<RunCharge>> PgStore::count_calls(std::span<const ChargeReques
         done.emplace_back(RunCharge{charge_refusal(run, r.kind), run.calls, run.budget});
       }
     }
-    ArrayParam counted, counts;
+    ArrayParam counted(ArrayParam::Of::text), counts(ArrayParam::Of::int8);
     for (const auto& [run, n] : added) {
       counted.text(run);
       counts.number(n);
     }
-    if (!added.empty()) w.exec_prepared("runs_add", counted.str(), counts.str());
+    if (!added.empty()) w.exec_prepared("runs_add", counted.param(), counts.param());
     return done;
   });
   if (!batch) {

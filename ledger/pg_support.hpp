@@ -16,7 +16,7 @@
 
 #include <pqxx/pqxx>
 
-#include <bit>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -94,88 +94,98 @@ inline Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
 }
 
 // One parameter of a prepared statement that carries a column of many rows:
-// a PostgreSQL array literal, each element double-quoted with \ and "
-// escaped (NULL unquoted). With unnest() in the statement, a batch of any
-// size runs one plan, made once per connection.
+// a one-dimensional PostgreSQL array in the server's binary format (what
+// array_send writes and array_recv reads), passed as a binary parameter.
+// With unnest() in the statement, a batch of any size runs one plan, made
+// once per connection. Binary, each value goes as it is, after its length:
+// nothing is quoted or escaped here, and the server parses no literal
+// (array_in), where snapshots and answers are most of a batch's bytes. The
+// element type is the one the statement's cast names ($1::bigint[] holds
+// int8): the server refuses any other ("wrong element type").
 class ArrayParam {
  public:
+  // pg_type OIDs, fixed in every PostgreSQL.
+  enum class Of : std::uint32_t { boolean = 16, bytea = 17, int8 = 20, int4 = 23, text = 25 };
+
+  explicit ArrayParam(Of element) : element_(element) { data_.resize(header_size); }
+
+  // A text element, or a bytea's bytes.
   ArrayParam& text(std::string_view value) {
-    next();
-    // Written through a pointer into room for the worst case (every byte
-    // escaped), then cut: snapshots and answers are most of a batch's bytes.
-    auto const at = text_.size();
-    text_.resize(at + 2 * value.size() + 2);
-    char* out = text_.data() + at;
-    *out++ = '"';
-    std::size_t i = 0;
-    if constexpr (std::endian::native == std::endian::little) {
-      // Eight bytes at a time: each word is stored whole and `out` advanced
-      // past its bytes up to the first " or \ (the room left is at least
-      // twice what is left to read, plus one).
-      while (value.size() - i >= 8) {
-        std::uint64_t w;
-        std::memcpy(&w, value.data() + i, 8);
-        std::memcpy(out, &w, 8);
-        std::uint64_t const hit = swar::equal(w, '"') | swar::equal(w, '\\');
-        if (!hit) {
-          out += 8;
-          i += 8;
-          continue;
-        }
-        auto const plain = swar::first_flagged(hit);
-        out += plain;
-        *out++ = '\\';
-        *out++ = value[i + plain];
-        i += plain + 1;
-      }
-    }
-    for (; i < value.size(); ++i) {
-      if (value[i] == '"' || value[i] == '\\') *out++ = '\\';
-      *out++ = value[i];
-    }
-    *out++ = '"';
-    text_.resize(static_cast<std::size_t>(out - text_.data()));
+    assert(element_ == Of::text || element_ == Of::bytea);
+    put(value);
     return *this;
   }
-  // bytea in its hex input form (\x...), as an element.
   ArrayParam& bytes(std::string_view value) {
-    static constexpr char hex[] = "0123456789abcdef";
-    next();
-    text_ += "\"\\\\x";
-    auto const at = text_.size();
-    text_.resize(at + 2 * value.size());
-    char* out = text_.data() + at;
-    for (unsigned char ch : value) {
-      *out++ = hex[ch >> 4];
-      *out++ = hex[ch & 15];
-    }
-    text_ += '"';
+    assert(element_ == Of::bytea);
+    put(value);
     return *this;
   }
+  // An int8 element, or an int4's (which must fit).
   ArrayParam& number(std::int64_t value) {
-    next();
-    text_ += std::to_string(value);
+    if (element_ == Of::int4) {
+      assert(value >= INT32_MIN && value <= INT32_MAX);
+      put32(4);
+      put32(static_cast<std::uint32_t>(static_cast<std::int32_t>(value)));
+    } else {
+      assert(element_ == Of::int8);
+      put32(8);
+      put32(static_cast<std::uint32_t>(static_cast<std::uint64_t>(value) >> 32));
+      put32(static_cast<std::uint32_t>(value));
+    }
+    ++count_;
     return *this;
   }
   ArrayParam& flag(bool value) {
-    next();
-    text_ += value ? 't' : 'f';
+    assert(element_ == Of::boolean);
+    put(value ? std::string_view("\1", 1) : std::string_view("\0", 1));
     return *this;
   }
   ArrayParam& null() {
-    next();
-    text_ += "NULL";
+    put32(0xffffffffu);  // a length of -1
+    has_null_ = true;
+    ++count_;
     return *this;
   }
   template <class T>
   ArrayParam& number_or_null(const std::optional<T>& value) {
     return value ? number(static_cast<std::int64_t>(*value)) : null();
   }
-  std::string str() const { return text_ + "}"; }
+
+  // The array as the parameter's value. Empty, it has no dimension at all,
+  // as array_send writes one.
+  pqxx::binarystring param() {
+    auto* out = data_.data();
+    auto write = [&](std::uint32_t v) {
+      for (int shift = 24; shift >= 0; shift -= 8) *out++ = static_cast<char>(v >> shift);
+    };
+    write(count_ ? 1 : 0);  // dimensions
+    write(has_null_ ? 1 : 0);
+    write(static_cast<std::uint32_t>(element_));
+    if (!count_) return pqxx::binarystring(data_.data(), header_size - 8);
+    write(count_);  // the dimension's size, then its lower bound
+    write(1);
+    return pqxx::binarystring(data_.data(), data_.size());
+  }
 
  private:
-  void next() { text_ += text_.size() == 1 ? "" : ","; }
-  std::string text_ = "{";
+  static constexpr std::size_t header_size = 20;
+
+  void put32(std::uint32_t v) {
+    char const be[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                        static_cast<char>(v)};
+    data_.append(be, 4);
+  }
+  void put(std::string_view value) {
+    assert(value.size() <= INT32_MAX);
+    put32(static_cast<std::uint32_t>(value.size()));
+    data_.append(value);
+    ++count_;
+  }
+
+  Of element_;
+  std::uint32_t count_ = 0;
+  bool has_null_ = false;
+  std::string data_;
 };
 
 // A subtransaction whose SAVEPOINT is sent at once. libpqxx 6.4 sends it

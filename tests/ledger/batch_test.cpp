@@ -313,9 +313,11 @@ LEDGER_CONFORMANCE(batching_compared, "the same guarded writes with max_batch 1 
   }
 }
 
-// The batched reservations and charges pass their values as array elements:
-// whatever must be escaped there (quotes, backslashes, braces, commas, the
-// word NULL, empty strings, non-ASCII) is stored exactly as given.
+// The batched reservations and charges pass their values as array elements
+// (in PostgreSQL's binary array format): whatever a text form would have to
+// escape (quotes, backslashes, braces, commas, the word NULL, empty strings,
+// non-ASCII) is stored exactly as given, and so are numbers past 32 bits
+// (each int8 element written as two 32-bit halves).
 LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges store awkward values verbatim") {
   REQUIRE(migrate(backend.config).has_value());
   auto store = open_store(backend);
@@ -327,7 +329,12 @@ LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges stor
   requests.push_back(reserve_request("", "key-empty-fp", "run-2"));  // refused: no fingerprint
   requests.push_back(reserve_request("fp-plain", "key-plain", "NULL"));
   requests.back().request_snapshot = "{\"plain\":true}";
-  std::vector<ChargeRequest> charges{{"run-" + odd, 5, CallKind::write}, {"NULL", 5, CallKind::write},
+  // 60 and 70 days in ms: past 2^32, with a low half of its own.
+  auto const wide_window = Millis(5'184'000'123), wide_ttl = Millis(6'048'000'321);
+  requests.back().window = wide_window;
+  requests.back().unknown_ttl = wide_ttl;
+  std::int64_t const wide_budget = 5'000'000'007;
+  std::vector<ChargeRequest> charges{{"run-" + odd, 5, CallKind::write}, {"NULL", wide_budget, CallKind::write},
                                      {"run-" + odd, 5, CallKind::read}};
   std::vector<Result<Reservation>> reserved;
   std::vector<Result<RunCharge>> charged;
@@ -352,11 +359,17 @@ LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges stor
   CHECK(first->run == "run-" + odd);
   CHECK(first->scope == "scope-" + odd);
   CHECK(first->request_snapshot == "{\"body\":\"" + odd + "\"}");
-  CHECK(again->find_intent(reserved[2]->intent.id)->run == "NULL");
+  auto plain = again->find_intent(reserved[2]->intent.id);
+  REQUIRE(plain.has_value());
+  CHECK(plain->run == "NULL");
+  CHECK(plain->window == wide_window);
+  CHECK(plain->unknown_ttl == wide_ttl);
+  CHECK(plain->window_until - plain->created_at == wide_window);
   REQUIRE(charged.size() == 3);
   for (auto& c : charged) CHECK(c.has_value());
   CHECK(again->find_run("run-" + odd)->calls == 2);
   CHECK(again->find_run("NULL")->calls == 1);
+  CHECK(again->find_run("NULL")->budget == wide_budget);
 }
 
 TEST_CASE("postgresql: a reservation the server refuses fails in its savepoint; the batch's other calls commit" *

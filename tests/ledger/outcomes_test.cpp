@@ -183,10 +183,11 @@ TEST_CASE("postgresql: a value the server refuses fails its own outcome only, no
   CHECK(backend->query("SELECT string_agg(state, ',' ORDER BY id) FROM intents") == "completed,dispatched,completed\n");
 }
 
-// The PostgreSQL store sends a batch's text columns as array literals, each
-// element quoted with " and \ escaped, scanning eight bytes at a time for
-// them: every offset in and across a word, runs of them, bytes that differ
-// from them by one bit or one value, and long plain runs, read back exact.
+// Text that a text array literal would have to quote and escape (the form
+// the PostgreSQL store sent until it passed its columns as binary arrays):
+// " and \ at every offset in and across an eight-byte word, runs of them,
+// bytes that differ from them by one bit or one value, and long plain runs,
+// read back exact.
 LEDGER_CONFORMANCE(record_outcomes_escapes,
                    "record_outcomes stores text with quotes and backslashes at every offset exactly") {
   REQUIRE(migrate(backend.config).has_value());
@@ -233,4 +234,51 @@ LEDGER_CONFORMANCE(record_outcomes_escapes,
     REQUIRE(stored.has_value());
     CHECK_MESSAGE(stored->receipt == receipts[i], i << ": " << receipts[i]);
   }
+}
+
+// A batch's other columns as they are stored: a body of every byte value
+// (bytea elements), a status at int4's edge of what HTTP can carry, an
+// absent status (a NULL element beside set ones), and a Retry-After whose
+// milliseconds pass 2^32 (an int8 element's high half).
+LEDGER_CONFORMANCE(record_outcomes_binary_columns,
+                   "record_outcomes stores every byte of a body, NULLs and wide numbers exactly") {
+  REQUIRE(migrate(backend.config).has_value());
+  auto store = open_store(backend);
+  auto const a = reserve(*store, "bin-a"), b = reserve(*store, "bin-b");
+  for (auto id : {a, b}) REQUIRE(store->begin_attempt(attempt_now(*store, id), "replica-a").has_value());
+  std::string every_byte;
+  for (int round = 0; round < 2; ++round)
+    for (int c = 0; c < 256; ++c) every_byte += static_cast<char>(c);
+  auto body = completed(a, 1);
+  body.status = 599;
+  body.response = StoredResponse{599, {{"X-Odd", "\"\\"}}, every_byte, false};
+  Outcome wait_b;
+  wait_b.intent_id = b;
+  wait_b.attempt = 1;
+  wait_b.state = IntentState::retryable;
+  wait_b.answer_class = "rate_limited";
+  wait_b.retry_after = std::chrono::days(60);  // 5,184,000,000 ms
+  std::vector<Result<Intent>> results;
+  auto const before = std::chrono::system_clock::now();
+  auto failed = store->batch([&] { results = store->record_outcomes(std::vector{body, wait_b}); });
+  REQUIRE_MESSAGE(!failed, failed.message());
+  REQUIRE(results.size() == 2);
+  for (auto& r : results) REQUIRE_MESSAGE(r.has_value(), r.error().message());
+  auto again = open_store(backend);
+  auto stored_a = again->find_intent(a);
+  REQUIRE(stored_a.has_value());
+  CHECK(stored_a->status == 599);
+  REQUIRE(stored_a->response.has_value());
+  CHECK(stored_a->response->status == 599);
+  CHECK(stored_a->response->body == every_byte);
+  REQUIRE(stored_a->response->headers.size() == 1);
+  CHECK(stored_a->response->headers[0].second == "\"\\");
+  auto stored_b = again->find_intent(b);
+  REQUIRE(stored_b.has_value());
+  CHECK_FALSE(stored_b->status.has_value());
+  CHECK_FALSE(stored_b->response.has_value());
+  REQUIRE(stored_b->retry_not_before.has_value());
+  auto const wait = *stored_b->retry_not_before - before;
+  CHECK(wait >= std::chrono::days(60) - std::chrono::minutes(1));
+  CHECK(wait <= std::chrono::days(60) + std::chrono::minutes(1));
 }
