@@ -227,11 +227,14 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
     append_field(material, canonical_target(input, tool));
 
     // Configured headers, by lowercase name; the key header never counts.
+    // One sent more than once counts with every copy (combined_header): the
+    // upstream may read any of them, so two calls that differ in a later
+    // copy are two calls.
     std::vector<std::pair<std::string, std::string>> headers;
     for (const auto& name : tool.fingerprint.headers) {
       if (iequals(name, tool.idempotency.header) || iequals(name, "Idempotency-Key")) continue;
-      const auto value = find_header(input.headers, name);
-      headers.emplace_back(lowercase(name), value ? "=" + std::string(*value) : "");
+      const auto value = combined_header(input.headers, name);
+      headers.emplace_back(lowercase(name), value ? "=" + *value : "");
     }
     std::sort(headers.begin(), headers.end());
     for (const auto& [name, value] : headers) {
@@ -245,11 +248,20 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
       result.body_kind = BodyKind::empty;
     } else if (is_json_media_type(input.content_type)) {
       boost::system::error_code ec;
-      auto parsed = parse_json(input.body, ec);
+      bool repeated_names = false;
+      auto parsed = parse_json(input.body, ec, &repeated_names);
       if (ec) {
         result.body_kind = BodyKind::raw;
         result.malformed = true;
         canonical_body = input.body;
+      } else if (repeated_names) {
+        // An object names a member twice: receivers differ on which one
+        // counts, so no canonical form stands for the call and its bytes as
+        // sent do. The parsed body (the last name kept) still serves the
+        // required fields and lookups.
+        result.body_kind = BodyKind::raw;
+        canonical_body = input.body;
+        result.body = std::move(parsed);
       } else {
         result.body_kind = BodyKind::json;
         // result.body keeps the body as sent; what is hashed loses the

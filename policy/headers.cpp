@@ -28,6 +28,19 @@ std::optional<std::string_view> find_header(HeaderView headers, std::string_view
   return std::nullopt;
 }
 
+std::optional<std::string> combined_header(HeaderView headers, std::string_view name) {
+  std::optional<std::string> combined;
+  for (const auto& header : headers) {
+    if (!iequals(header.name, name)) continue;
+    if (combined)
+      *combined += ", ";
+    else
+      combined.emplace();
+    *combined += trim_ows(header.value);
+  }
+  return combined;
+}
+
 std::string_view media_type(std::string_view content_type) noexcept {
   return trim_ows(content_type.substr(0, content_type.find(';')));
 }

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace idemgate::policy {
@@ -21,6 +22,11 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 // The first header named `name` (case-insensitively), value trimmed of
 // surrounding spaces and tabs.
 std::optional<std::string_view> find_header(HeaderView headers, std::string_view name) noexcept;
+
+// Every header named `name` as one value: each trimmed as find_header's,
+// joined by ", " in the order sent (RFC 9110's combined field value), so
+// that a recipient reading any copy reads part of it. Absent: nullopt.
+std::optional<std::string> combined_header(HeaderView headers, std::string_view name);
 
 // A Content-Type value's media type: without its parameters and the
 // optional white space (spaces and tabs, RFC 9110's OWS) around it, in the

@@ -24,6 +24,7 @@ struct ExactNumbers {
 
   json::value_stack st;
   std::string number;  // the parts of a number split across buffers
+  std::size_t keys = 0;  // object members read, repeated names included
 
   bool on_document_begin(error_code&) { return true; }
   bool on_document_end(error_code&) { return true; }
@@ -32,7 +33,11 @@ struct ExactNumbers {
   bool on_array_begin(error_code&) { return true; }
   bool on_array_end(std::size_t n, error_code&) { st.push_array(n); return true; }
   bool on_key_part(string_view s, std::size_t, error_code&) { st.push_chars(s); return true; }
-  bool on_key(string_view s, std::size_t, error_code&) { st.push_key(s); return true; }
+  bool on_key(string_view s, std::size_t, error_code&) {
+    ++keys;
+    st.push_key(s);
+    return true;
+  }
   bool on_string_part(string_view s, std::size_t, error_code&) { st.push_chars(s); return true; }
   bool on_string(string_view s, std::size_t, error_code&) { st.push_string(s); return true; }
   bool on_number_part(string_view s, error_code&) { number.append(s.data(), s.size()); return true; }
@@ -54,15 +59,29 @@ struct ExactNumbers {
   bool on_comment(string_view, error_code&) { return true; }
 };
 
+// Members of every object in `v`: fewer than the names read when an object
+// named one twice (it keeps one of them).
+std::size_t members(const json::value& v) {
+  std::size_t n = 0;
+  if (const auto* o = v.if_object()) {
+    for (const auto& member : *o) n += 1 + members(member.value());
+  } else if (const auto* a = v.if_array()) {
+    for (const auto& element : *a) n += members(element);
+  }
+  return n;
+}
+
 }  // namespace
 
-json::value parse_json(std::string_view text, error_code& ec) {
+json::value parse_json(std::string_view text, error_code& ec, bool* repeated_names) {
   json::basic_parser<ExactNumbers> parser(json::parse_options{});
   parser.handler().st.reset();
   const auto used = parser.write_some(false, text.data(), text.size(), ec);
   if (!ec && used < text.size()) ec = json::error::extra_data;
   if (ec) return nullptr;
-  return parser.handler().st.release();
+  auto value = parser.handler().st.release();
+  if (repeated_names) *repeated_names = members(value) != parser.handler().keys;
+  return value;
 }
 
 }  // namespace idemgate::policy

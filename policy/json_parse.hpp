@@ -12,7 +12,10 @@
 namespace idemgate::policy {
 
 // Standard JSON only (no comments, no trailing commas), nesting depth 32 as
-// boost::json::parse. On error returns null and sets ec.
-boost::json::value parse_json(std::string_view text, boost::system::error_code& ec);
+// boost::json::parse. On error returns null and sets ec. `repeated_names`,
+// when given, is set to whether some object names a member more than once:
+// the value keeps the last, and RFC 8259 leaves what a receiver makes of
+// such an object open (others keep the first).
+boost::json::value parse_json(std::string_view text, boost::system::error_code& ec, bool* repeated_names = nullptr);
 
 }  // namespace idemgate::policy
