@@ -120,10 +120,11 @@ class ArrayParam {
     put(value);
     return *this;
   }
-  // An int8 element, or an int4's (which must fit).
+  // An int8 element, or an int4's: one that does not fit is refused, as
+  // the server refused it in a text array, never cut.
   ArrayParam& number(std::int64_t value) {
     if (element_ == Of::int4) {
-      assert(value >= INT32_MIN && value <= INT32_MAX);
+      if (value < INT32_MIN || value > INT32_MAX) throw Abort{errc::invalid_argument};
       put32(4);
       put32(static_cast<std::uint32_t>(static_cast<std::int32_t>(value)));
     } else {

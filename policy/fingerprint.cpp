@@ -227,13 +227,13 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
     append_field(material, canonical_target(input, tool));
 
     // Configured headers, by lowercase name; the key header never counts.
-    // One sent more than once counts with every copy (combined_header): the
+    // One sent more than once counts with every copy (header_values): the
     // upstream may read any of them, so two calls that differ in a later
     // copy are two calls.
     std::vector<std::pair<std::string, std::string>> headers;
     for (const auto& name : tool.fingerprint.headers) {
       if (iequals(name, tool.idempotency.header) || iequals(name, "Idempotency-Key")) continue;
-      const auto value = combined_header(input.headers, name);
+      const auto value = header_values(input.headers, name);
       headers.emplace_back(lowercase(name), value ? "=" + *value : "");
     }
     std::sort(headers.begin(), headers.end());
@@ -254,15 +254,8 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
         result.body_kind = BodyKind::raw;
         result.malformed = true;
         canonical_body = input.body;
-      } else if (repeated_names) {
-        // An object names a member twice: receivers differ on which one
-        // counts, so no canonical form stands for the call and its bytes as
-        // sent do. The parsed body (the last name kept) still serves the
-        // required fields and lookups.
-        result.body_kind = BodyKind::raw;
-        canonical_body = input.body;
-        result.body = std::move(parsed);
       } else {
+        result.repeated_names = repeated_names;
         result.body_kind = BodyKind::json;
         // result.body keeps the body as sent; what is hashed loses the
         // ignored members, in a copy only when there are some.

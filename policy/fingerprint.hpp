@@ -7,7 +7,8 @@
 //   dropped, unreserved escapes decoded, dot and empty segments resolved;
 //   query parameters decoded and sorted with the tool's
 //   fingerprint.ignore_query removed), the tool's fingerprint.headers (never
-//   the idempotency key header), and the body:
+//   the idempotency key header; one sent more than once with every copy),
+//   and the body:
 //     JSON (application/json, */*+json): keys sorted, numbers normalised
 //       (1.0 == 1, 1e2 == 100, decimals correctly rounded: json_parse.hpp),
 //       strings exact;
@@ -54,6 +55,11 @@ struct Fingerprint {
   std::string hex;         // 64 lowercase hex digits; empty only if it could not be computed (out of memory)
   BodyKind body_kind = BodyKind::empty;
   bool malformed = false;  // declared JSON but did not parse: hashed as raw bytes
+  // Parsed JSON in which some object names a member twice (kept: the last).
+  // Servers differ on which of the two they read, so the call has no single
+  // reading: hashed canonically all the same, and refused for a write
+  // before anything is sent (proxy/intake.cpp).
+  bool repeated_names = false;
   // The body as JSON (form bodies as nested objects of strings), before
   // `ignore` is applied, for `require:` checks and templates; null otherwise.
   std::optional<boost::json::value> body;

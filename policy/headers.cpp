@@ -28,17 +28,17 @@ std::optional<std::string_view> find_header(HeaderView headers, std::string_view
   return std::nullopt;
 }
 
-std::optional<std::string> combined_header(HeaderView headers, std::string_view name) {
-  std::optional<std::string> combined;
+std::optional<std::string> header_values(HeaderView headers, std::string_view name) {
+  std::optional<std::string> values;
   for (const auto& header : headers) {
     if (!iequals(header.name, name)) continue;
-    if (combined)
-      *combined += ", ";
+    if (values)
+      *values += '\n';
     else
-      combined.emplace();
-    *combined += trim_ows(header.value);
+      values.emplace();
+    *values += trim_ows(header.value);
   }
-  return combined;
+  return values;
 }
 
 std::string_view media_type(std::string_view content_type) noexcept {

@@ -23,10 +23,12 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 // surrounding spaces and tabs.
 std::optional<std::string_view> find_header(HeaderView headers, std::string_view name) noexcept;
 
-// Every header named `name` as one value: each trimmed as find_header's,
-// joined by ", " in the order sent (RFC 9110's combined field value), so
-// that a recipient reading any copy reads part of it. Absent: nullopt.
-std::optional<std::string> combined_header(HeaderView headers, std::string_view name);
+// Every header named `name` as one string: each value trimmed as
+// find_header's, in the order sent, joined by LF. A field value cannot hold
+// an LF, so two copies never read as one value, whichever copy a recipient
+// takes (`A: x, y` once is not `A: x` then `A: y`); one copy is its value.
+// Absent: nullopt.
+std::optional<std::string> header_values(HeaderView headers, std::string_view name);
 
 // A Content-Type value's media type: without its parameters and the
 // optional white space (spaces and tabs, RFC 9110's OWS) around it, in the

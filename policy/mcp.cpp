@@ -2,6 +2,7 @@
 #include "policy/mcp.hpp"
 
 #include "policy/fingerprint.hpp"
+#include "policy/json_parse.hpp"
 
 #include <boost/json/parse.hpp>
 
@@ -35,9 +36,18 @@ McpRequest inspect_mcp_request(HeaderView headers, std::string_view body) noexce
     auto const header_name = find_header(headers, "Mcp-Name");
     if (!body.empty()) {
       boost::system::error_code ec;
-      auto const value = json::parse(body, ec);
+      bool repeated_names = false;
+      auto const value = parse_json(body, ec, &repeated_names);
       if (!ec && value.is_array()) {
         out.kind = McpKind::batch;
+        return out;
+      }
+      if (!ec && repeated_names) {
+        // {"name":"delete_repo","name":"list_issues"}: the gate would match
+        // one tool and a first-wins server run the other.
+        out.kind = McpKind::repeated_names;
+        if (value.is_object())
+          if (auto const* id = value.get_object().if_contains("id")) out.id = *id;
         return out;
       }
       if (!ec && value.is_object()) {

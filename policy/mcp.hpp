@@ -38,6 +38,7 @@ enum class McpKind {
   tools_call,       // a tools/call request: tool is set
   header_mismatch,  // Mcp-Method / Mcp-Name disagree with the body: refuse (400, JSON-RPC -32001)
   batch,            // a JSON array of messages: no longer in MCP (2025-06-18 removed batching)
+  repeated_names,   // an object in the body names a member twice: which tool it calls depends on the reader
 };
 
 struct McpRequest {

@@ -223,17 +223,23 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
       co_return false;
     }
     if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
-    // A batch could carry any tool's call, read by no rule here: refused
-    // where an MCP tool is (batches left MCP in 2025-06-18), passed on as
-    // any JSON body elsewhere.
-    if (mcp.kind == policy::McpKind::batch && cfg.tool_table) {
+    // A batch could carry any tool's call, read by no rule here; a message
+    // that names a member twice calls whichever tool its reader keeps.
+    // Both are refused where an MCP tool is (batches left MCP in
+    // 2025-06-18), passed on as any JSON body elsewhere.
+    bool const batch = mcp.kind == policy::McpKind::batch;
+    if ((batch || mcp.kind == policy::McpKind::repeated_names) && cfg.tool_table) {
       auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
                                                     target->origin_form, {}, true});
       if (at.tool && !at.tool->match.mcp_tool.empty()) {
-        Problem const p = bad_request("a JSON-RPC batch to an endpoint with MCP tools ('" + at.tool->name +
-                                      "'): MCP has no batches since revision 2025-06-18; send one tools/call per "
-                                      "request; nothing was sent");
-        std::string answer = mcp_error_body(p, nullptr, -32600);
+        Problem const p = bad_request(
+            batch ? "a JSON-RPC batch to an endpoint with MCP tools ('" + at.tool->name +
+                        "'): MCP has no batches since revision 2025-06-18; send one tools/call per request; nothing "
+                        "was sent"
+                  : "a JSON-RPC message to an endpoint with MCP tools ('" + at.tool->name +
+                        "') names a member twice in one object: servers differ on which of the two they read, so "
+                        "which tool it calls has no single reading; send each member once; nothing was sent");
+        std::string answer = mcp_error_body(p, batch ? boost::json::value(nullptr) : mcp.id, -32600);
         worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
         co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
                                  cfg.timeouts.client_header);

@@ -1,6 +1,7 @@
 """MCP edge cases through idemgate against a small scripted Streamable HTTP
 server that records every tools/call it ran (so duplicates are counted):
-- a JSON-RPC batch to an endpoint with MCP tools is refused, never passed on;
+- a JSON-RPC batch to an endpoint with MCP tools is refused, never passed on,
+  and so is a message that names a member twice;
 - an upper-case Content-Type is still read as a tools/call and guarded;
 - a 200 with no JSON-RPC response to the call (an SSE stream closed after a
   priming event) is an unknown outcome, never "completed";
@@ -134,6 +135,23 @@ class McpEdgesTest(unittest.TestCase):
         self.assertEqual(message["error"]["code"], -32600, message)
         self.assertIn("batch", message["error"]["message"])
         self.assertEqual(self.server.count("batched"), 0)
+
+    def test_a_message_that_names_a_member_twice_is_refused(self):
+        # Which tool it calls depends on the reader: the gate must not match
+        # one while the server runs the other.
+        body = (b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_ticket",'
+                b'"arguments":{"title":"twice"},"name":"create_ticket"}}')
+        answer = self.post("/mcp", body)
+        self.assertEqual(answer.status, 400, answer.body)
+        message = answer.json()
+        self.assertEqual(message["id"], 9, message)
+        self.assertEqual(message["error"]["code"], -32600, message)
+        self.assertIn("names a member twice", message["error"]["message"])
+        self.assertEqual(self.server.count("twice"), 0)
+        # Sent once, the same call goes through.
+        once = self.post("/mcp", tools_call("twice", 10))
+        self.assertEqual(once.status, 200, once.body)
+        self.assertEqual(self.server.count("twice"), 1)
 
     def test_upper_case_content_type_is_guarded(self):
         body = json.dumps(tools_call("shouted", 1)).encode()

@@ -169,6 +169,31 @@ class SpellingCases:
         self.assertEqual(self.upstream.requests, ["/v1/files%2Fx"])
         self.assertEqual(self.upstream.charges, [])
 
+    def test_a_body_that_names_a_member_twice_is_refused_before_anything_is_sent(self):
+        # The worst case for a gate that reads the last "amount" while the
+        # server reads the first: a charge of 1 held for one of 1000. Each
+        # body has no single reading, so neither is sent.
+        url = "http://localhost:{port}/v1/charges"
+        for body in (b'{"amount":1000,"amount":1,"currency":"eur"}',
+                     b'{"amount":1,"amount":1,"currency":"eur"}',
+                     b'{"amount":1000,"meta":{"a":1,"\\u0061":2},"currency":"eur"}'):
+            with self.subTest(body=body):
+                answer = call(self.proxy, "POST", url.format(port=self.upstream.port), body, run=self.run_id)
+                self.assertEqual(answer.status, 403, answer.body)
+                self.assertEqual(answer.header("content-type"), "application/problem+json")
+                problem = answer.json()
+                self.assertEqual(problem["reason_code"], "policy_deny")
+                self.assertEqual(problem["terminal"], "abort")
+                self.assertIn("names a member twice", problem["detail"])
+                self.assertEqual(answer.header("idemgate-decision"), "refused")
+        self.assertEqual(self.upstream.requests, [])
+        # The same member in two objects is no repeat: sent, once.
+        sent = call(self.proxy, "POST", url.format(port=self.upstream.port),
+                    b'{"amount":1000,"a":{"v":1},"b":{"v":1},"currency":"eur"}', run=self.run_id)
+        self.assertEqual(sent.status, 200, sent.body)
+        self.assertEqual(sent.header("idemgate-decision"), "forwarded")
+        self.assertEqual(self.upstream.charges, ["/v1/charges"])
+
     def test_two_spellings_sent_at_once_are_one_charge(self):
         results = []
 

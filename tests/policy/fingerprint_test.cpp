@@ -412,53 +412,61 @@ TEST_CASE("golden: raw and malformed bodies, computed apart from this code") {
 
 TEST_CASE("a configured header sent more than once counts with every copy") {
   // The upstream may read the first copy or the last: two calls that differ
-  // only in a later copy are two calls. The copies are one value joined by
-  // ", " (RFC 9110's combined field value), so they fingerprint as the one
-  // header that lists them.
+  // only in a later copy are two calls. The copies are joined by LF, which no
+  // field value holds, so two copies are never one header that lists both
+  // (a server reading the first copy sees "acct_A" in one, "acct_A, acct_B"
+  // in the other).
   auto const body = R"({"currency":"eur","amount":100})";
   auto const a_b = fp(body, "application/json", {{"Stripe-Account", "acct_A"}, {"stripe-account", " acct_B\t"}});
   CHECK(a_b != fp(body, "application/json", {{"Stripe-Account", "acct_A"}, {"Stripe-Account", "acct_C"}}));
   CHECK(a_b != fp(body, "application/json", {{"Stripe-Account", "acct_A"}}));
   CHECK(a_b != fp(body, "application/json", {{"Stripe-Account", "acct_B"}, {"Stripe-Account", "acct_A"}}));
-  CHECK(a_b == fp(body, "application/json", {{"Stripe-Account", "acct_A, acct_B"}}));
+  CHECK(a_b != fp(body, "application/json", {{"Stripe-Account", "acct_A, acct_B"}}));
   CHECK(a_b == fp(body, "application/json", {{"Stripe-Account", "acct_A"}, {"X-Other", "1"}, {"STRIPE-ACCOUNT", "acct_B"}}));
   // Golden, computed apart from this code as the cases above:
-  //   P "14:stripe-account\n15:=acct_A, acct_B\n1:1\n31:{"amount":100,"currency":"eur"}\n"
+  //   P "14:stripe-account\n14:=acct_A<LF>acct_B\n1:1\n31:{"amount":100,"currency":"eur"}\n"
   CHECK(golden_fp(body, "application/json", {{"Stripe-Account", "acct_A"}, {"Stripe-Account", "acct_B"}}) ==
-        "d088a6cb1e0f0be08a1a3b5340df926f502d377a7cfa784bd8d31952998c0b13");
+        "fea34dcf61e300415f1997be253036bc61cb51016e85d2a974d1355a86201dc9");
   // Sent once, it is as it was: the digest of the present-header case.
   CHECK(golden_fp(body, "application/json", {{"Stripe-Account", "acct_123"}}) ==
         "c28e183b4e53c8c8aa06e07c1b63f4f9d347c550e6d14c00e741921ea9b2aab2");
 }
 
-TEST_CASE("a JSON object that names a member twice is fingerprinted by its bytes") {
+TEST_CASE("a JSON object that names a member twice is flagged: the call has no single reading") {
   // Receivers differ on which of the two counts (the parser keeps the last;
-  // others keep the first), so no canonical form stands for the call: two
-  // bodies that differ only in the member a first-wins server reads must
-  // not be one call.
-  CHECK(fp(R"({"amount":1,"amount":2})") != fp(R"({"amount":3,"amount":2})"));
-  CHECK(fp(R"({"x":{"a":1,"a":2}})") != fp(R"({"x":{"a":3,"a":2}})"));
-  CHECK(fp(R"([{"a":1},{"b":1,"b":2}])") != fp(R"([{"a":1},{"b":3,"b":2}])"));
-  // The same bytes are still the same call; other spellings are not.
-  CHECK(fp(R"({"amount":1,"amount":2})") == fp(R"({"amount":1,"amount":2})"));
-  CHECK(fp(R"({"amount":1,"amount":2})") != fp(R"({ "amount":1,"amount":2})"));
-  // Inside an ignored member too: the whole body is read as sent.
-  CHECK(fp(R"({"amount":1,"meta":{"request_id":1,"request_id":2}})") !=
-        fp(R"({"amount":1,"meta":{"request_id":3,"request_id":2}})"));
-  // The same name in two objects is no repeat: still canonical.
-  CHECK(fp(R"({"a":{"v":1},"b":{"v":2}})") == fp(R"({"b":{"v":2},"a":{"v":1}})"));
+  // others keep the first): the proxy refuses such a write before anything
+  // is sent, on this flag.
+  auto flagged = [](std::string_view body) {
+    FingerprintInput input{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
+                           .target = "/v1/charges", .content_type = "application/json", .body = body};
+    auto const result = fingerprint(input, charge_tool());
+    CHECK(result.hex.size() == 64);
+    CHECK(result.body_kind == BodyKind::json);
+    CHECK_FALSE(result.malformed);
+    return result.repeated_names;
+  };
+  for (std::string_view body : {R"({"amount":1,"amount":2})", R"({"x":{"a":1,"a":2}})", R"([{"a":1},{"b":1,"b":2}])",
+                                R"({"a":1,"\u0061":2})", R"({"amount":1,"meta":{"request_id":1,"request_id":2}})",
+                                R"({"a":[{"b":{}},{"c":[{"d":1,"d":1}]}]})"}) {
+    CAPTURE(body);
+    CHECK(flagged(body));
+  }
+  // The same name in two objects, or at two depths, is no repeat.
+  for (std::string_view body : {R"({"a":{"v":1},"b":{"v":2}})", R"({"a":{"a":{"a":1}}})", R"([{"a":1},{"a":2}])",
+                                R"({})", R"({"a":{},"b":[]})", R"({"ab":1,"a":2,"b":3})"}) {
+    CAPTURE(body);
+    CHECK_FALSE(flagged(body));
+  }
+  // The body as read (the last kept) is what a log or a template shows.
   FingerprintInput input{.method = "POST", .scheme = "https", .host = "api.stripe.com", .port = 443,
                          .target = "/v1/charges", .content_type = "application/json",
                          .body = R"({"amount":100,"amount":200,"currency":"eur"})"};
   auto const result = fingerprint(input, charge_tool());
-  CHECK(result.body_kind == BodyKind::raw);
-  CHECK_FALSE(result.malformed);
-  // The parsed body still serves require: and lookups.
   REQUIRE(result.body);
-  CHECK(result.body->at("currency") == "eur");
-  // Golden, computed apart from this code:
-  //   P "14:stripe-account\n0:\n1:3\n44:{"amount":100,"amount":200,"currency":"eur"}\n"
-  CHECK(golden_fp(input.body, "application/json") == "564fe19851881b759c139bfa0c9e153ce0ad66b30ead1f23d251dd7877859446");
+  CHECK(result.body->at("amount") == 200);
+  // Golden, computed apart from this code: the canonical body, the last kept.
+  //   P "14:stripe-account\n0:\n1:1\n31:{"amount":200,"currency":"eur"}\n"
+  CHECK(golden_fp(input.body, "application/json") == "111ae3d048ffc04dccf4df929246b10d409a474760edfe2f9bf562ed69d3e02d");
 }
 
 TEST_CASE("golden: an MCP tools/call, its name and arguments only, computed apart from this code") {

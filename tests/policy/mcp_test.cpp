@@ -81,6 +81,12 @@ TEST_CASE("inspect: tools/call named by the body, the headers, or both when they
       {"not JSON-RPC at all", {}, R"({"amount":5})", McpKind::not_mcp, "", "", false},
       {"a batch (no longer in the protocol) is its own kind, refused at MCP tools", {}, "[" + call + "]", McpKind::batch, "", "",
        false},
+      {"a member named twice: which tool depends on the reader, refused at MCP tools", {},
+       R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_all","arguments":{},"name":"create_ticket"}})",
+       McpKind::repeated_names, "", "", false},
+      {"a member named twice anywhere, arguments too", {{"Mcp-Method", "tools/call"}, {"Mcp-Name", "create_ticket"}},
+       R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_ticket","arguments":{"t":1,"t":2}}})",
+       McpKind::repeated_names, "", "", false},
   };
   for (auto const& row : rows) {
     CAPTURE(row.what);
@@ -92,6 +98,8 @@ TEST_CASE("inspect: tools/call named by the body, the headers, or both when they
     if (row.kind == McpKind::header_mismatch) CHECK_FALSE(r.mismatch.empty());
   }
   CHECK(inspect_mcp_request({}, call).id == json::value(7));
+  // The refusal answers the call's id.
+  CHECK(inspect_mcp_request({}, R"({"id":"r1","method":"tools/call","method":"tools/list"})").id == json::value("r1"));
   CHECK(inspect_mcp_request({}, call_body(R"("abc")", "t", "{}")).id == json::value("abc"));
 }
 
