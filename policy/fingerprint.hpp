@@ -55,8 +55,9 @@ struct Fingerprint {
   std::string hex;         // 64 lowercase hex digits; empty only if it could not be computed (out of memory)
   BodyKind body_kind = BodyKind::empty;
   bool malformed = false;  // declared JSON but did not parse: hashed as raw bytes
-  // Parsed JSON in which some object names a member twice (kept: the last).
-  // Servers differ on which of the two they read, so the call has no single
+  // Parsed JSON in which some object names a member twice (kept: the last),
+  // or a form that sends a key twice without [] (kept: the first). Servers
+  // differ on which of the two they read, so the call has no single
   // reading: hashed canonically all the same, and refused for a write
   // before anything is sent (proxy/intake.cpp).
   bool repeated_names = false;

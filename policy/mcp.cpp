@@ -38,6 +38,7 @@ McpRequest inspect_mcp_request(HeaderView headers, std::string_view body) noexce
       boost::system::error_code ec;
       bool repeated_names = false;
       auto const value = parse_json(body, ec, &repeated_names);
+      out.unreadable = static_cast<bool>(ec);
       if (!ec && value.is_array()) {
         out.kind = McpKind::batch;
         return out;

@@ -47,6 +47,10 @@ struct McpRequest {
   std::string tool;    // params.name (from the body, else Mcp-Name)
   boost::json::value id;  // the request's JSON-RPC id; null when absent or the body is unreadable
   bool body_read = false;  // the body parsed as one JSON-RPC message
+  // A body was given and is not JSON this parser reads (NaN, a BOM, nesting
+  // past 32): a laxer server may still run it, so where an MCP tool is, the
+  // headers alone do not decide (the proxy refuses it, JSON-RPC -32700).
+  bool unreadable = false;
   std::string mismatch;    // what disagreed, for header_mismatch
 };
 

@@ -176,17 +176,18 @@ asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_bu
   }
   c.missing = policy::missing_required(tool, c.fp.body ? &*c.fp.body : nullptr);
   c.malformed = c.fp.malformed;
+  c.keep_alive = c.req.keep_alive() && !worker.draining();
   if (c.is_write && c.fp.repeated_names) {
     // {"amount":1,"amount":2}: some servers read the first, others the last.
     // The gate cannot say which call this is (its fingerprint, its required
-    // fields, what a lookup would search for), so it sends neither.
-    auto v = refusal(policy::ReasonCode::policy_deny,
-                     "the JSON body names a member twice in one object; servers differ on which of the two they "
-                     "read, so this call has no single reading and is refused, never passed on. Send each member "
-                     "once; nothing was sent");
-    co_return co_await answer_refusal(c, v);
+    // fields, what a lookup would search for), so it sends neither. As an
+    // ambiguous path is, it is refused before the ledger hears of it: no
+    // intent, no charge, no escalation, the same answer with the ledger down.
+    c.decision = "refused";
+    c.reason_code = "policy_deny";
+    c.answer_class = "policy_deny";
+    co_return co_await answer_problem(c, ambiguous_body(tool.name));
   }
-  c.keep_alive = c.req.keep_alive() && !worker.draining();
   // Before the ledger or the upstream hears of it: room for this body and
   // the first slice of its answer buffer in the process's budget, or 503
   // overloaded. Past this point the call is never refused for memory: an

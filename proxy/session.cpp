@@ -224,22 +224,30 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
     }
     if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
     // A batch could carry any tool's call, read by no rule here; a message
-    // that names a member twice calls whichever tool its reader keeps.
-    // Both are refused where an MCP tool is (batches left MCP in
-    // 2025-06-18), passed on as any JSON body elsewhere.
+    // that names a member twice calls whichever tool its reader keeps; one
+    // this parser cannot read may still run on a laxer server, whatever its
+    // headers say. All are refused where an MCP tool is (batches left MCP in
+    // 2025-06-18), passed on as any body elsewhere.
     bool const batch = mcp.kind == policy::McpKind::batch;
-    if ((batch || mcp.kind == policy::McpKind::repeated_names) && cfg.tool_table) {
+    bool const repeated = mcp.kind == policy::McpKind::repeated_names;
+    if ((batch || repeated || mcp.unreadable) && cfg.tool_table) {
       auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
                                                     target->origin_form, {}, true});
       if (at.tool && !at.tool->match.mcp_tool.empty()) {
+        std::string const where = "to an endpoint with MCP tools ('" + at.tool->name + "')";
         Problem const p = bad_request(
-            batch ? "a JSON-RPC batch to an endpoint with MCP tools ('" + at.tool->name +
-                        "'): MCP has no batches since revision 2025-06-18; send one tools/call per request; nothing "
+            batch      ? "a JSON-RPC batch " + where +
+                        ": MCP has no batches since revision 2025-06-18; send one tools/call per request; nothing "
                         "was sent"
-                  : "a JSON-RPC message to an endpoint with MCP tools ('" + at.tool->name +
-                        "') names a member twice in one object: servers differ on which of the two they read, so "
-                        "which tool it calls has no single reading; send each member once; nothing was sent");
-        std::string answer = mcp_error_body(p, batch ? boost::json::value(nullptr) : mcp.id, -32600);
+            : repeated ? "a JSON-RPC message " + where +
+                             " names a member twice in one object: servers differ on which of the two they read, so "
+                             "which tool it calls has no single reading; send each member once; nothing was sent"
+                       : "a body " + where +
+                             " that is not JSON idemgate reads (NaN or Infinity, a byte order mark, invalid UTF-8, "
+                             "nesting deeper than 32): it cannot tell which tool the message calls, whatever its "
+                             "headers say; nothing was sent");
+        std::string answer = mcp_error_body(p, repeated ? mcp.id : boost::json::value(nullptr),
+                                            batch || repeated ? -32600 : -32700);
         worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
         co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
                                  cfg.timeouts.client_header);

@@ -1,7 +1,8 @@
 """MCP edge cases through idemgate against a small scripted Streamable HTTP
 server that records every tools/call it ran (so duplicates are counted):
 - a JSON-RPC batch to an endpoint with MCP tools is refused, never passed on,
-  and so is a message that names a member twice;
+  and so are a message that names a member twice and one the gate cannot
+  read (whatever its Mcp-Method/Mcp-Name headers say);
 - an upper-case Content-Type is still read as a tools/call and guarded;
 - a 200 with no JSON-RPC response to the call (an SSE stream closed after a
   priming event) is an unknown outcome, never "completed";
@@ -152,6 +153,20 @@ class McpEdgesTest(unittest.TestCase):
         once = self.post("/mcp", tools_call("twice", 10))
         self.assertEqual(once.status, 200, once.body)
         self.assertEqual(self.server.count("twice"), 1)
+
+    def test_a_message_the_gate_cannot_read_is_refused_whatever_its_headers_say(self):
+        # NaN is no JSON, but Python's json (this server) reads it: the
+        # headers must not decide alone which tool a laxer server runs.
+        body = (b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"create_ticket",'
+                b'"arguments":{"title":"nan","n":NaN}}}')
+        for headers in ({}, {"Mcp-Method": "tools/call", "Mcp-Name": "create_ticket"}):
+            with self.subTest(headers=headers):
+                answer = self.post("/mcp", body, headers)
+                self.assertEqual(answer.status, 400, answer.body)
+                message = answer.json()
+                self.assertEqual(message["error"]["code"], -32700, message)
+                self.assertIn("not JSON idemgate reads", message["error"]["message"])
+        self.assertEqual(self.server.count("nan"), 0)
 
     def test_upper_case_content_type_is_guarded(self):
         body = json.dumps(tools_call("shouted", 1)).encode()

@@ -98,6 +98,19 @@ TEST_CASE("inspect: tools/call named by the body, the headers, or both when they
     if (row.kind == McpKind::header_mismatch) CHECK_FALSE(r.mismatch.empty());
   }
   CHECK(inspect_mcp_request({}, call).id == json::value(7));
+  // A body this parser cannot read is flagged whatever the headers say; a
+  // readable one, or none, is not.
+  std::vector<Header> const named{{"Mcp-Method", "tools/call"}, {"Mcp-Name", "create_ticket"}};
+  for (std::string_view body : {"{not json", R"({"id":1,"method":"tools/call","params":{"n":NaN}})",
+                                "\xef\xbb\xbf{\"id\":1}", "{\"a\":\"\xff\"}"}) {
+    CAPTURE(body);
+    CHECK(inspect_mcp_request(named, body).unreadable);
+  }
+  std::string deep = call_body("1", "create_ticket", std::string(40, '[') + std::string(40, ']'));
+  CHECK(inspect_mcp_request({}, deep).unreadable);
+  CHECK(inspect_mcp_request({}, deep).kind == McpKind::not_mcp);
+  CHECK_FALSE(inspect_mcp_request({}, call).unreadable);
+  CHECK_FALSE(inspect_mcp_request(named, "").unreadable);
   // The refusal answers the call's id.
   CHECK(inspect_mcp_request({}, R"({"id":"r1","method":"tools/call","method":"tools/list"})").id == json::value("r1"));
   CHECK(inspect_mcp_request({}, call_body(R"("abc")", "t", "{}")).id == json::value("abc"));
