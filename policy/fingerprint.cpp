@@ -215,23 +215,6 @@ std::vector<std::string> missing_required(const Tool& tool, const boost::json::v
   return missing;
 }
 
-namespace {
-
-// A form key sent twice that is no list (amount=1&amount=2, not a[]=1&a[]=2):
-// Rack and PHP read the last, others (and the parsed body here) the first.
-bool repeats_a_key(const std::vector<FormPair>& pairs) {
-  std::vector<std::string_view> keys;
-  for (const auto& pair : pairs) {
-    // A "[]" is an empty token: "/a/" or "/a//b" in the pointer.
-    std::string_view const pointer = pair.pointer;
-    if (!pointer.ends_with('/') && pointer.find("//") == std::string_view::npos) keys.push_back(pointer);
-  }
-  std::sort(keys.begin(), keys.end());
-  return std::adjacent_find(keys.begin(), keys.end()) != keys.end();
-}
-
-}  // namespace
-
 Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcept {
   Fingerprint result;
   try {
@@ -291,7 +274,6 @@ Fingerprint fingerprint(const FingerprintInput& input, const Tool& tool) noexcep
     } else if (is_form_media_type(input.content_type)) {
       result.body_kind = BodyKind::form;
       auto pairs = parse_form(input.body);
-      result.repeated_names = repeats_a_key(pairs);
       boost::json::value as_json = boost::json::object();
       for (const auto& pair : pairs) insert_form_pair(as_json, json_pointer_tokens(pair.pointer), pair.value);
       result.body = std::move(as_json);

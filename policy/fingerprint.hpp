@@ -55,11 +55,12 @@ struct Fingerprint {
   std::string hex;         // 64 lowercase hex digits; empty only if it could not be computed (out of memory)
   BodyKind body_kind = BodyKind::empty;
   bool malformed = false;  // declared JSON but did not parse: hashed as raw bytes
-  // Parsed JSON in which some object names a member twice (kept: the last),
-  // or a form that sends a key twice without [] (kept: the first). Servers
-  // differ on which of the two they read, so the call has no single
-  // reading: hashed canonically all the same, and refused for a write
-  // before anything is sent (proxy/intake.cpp).
+  // Parsed JSON in which some object names a member twice (kept: the last).
+  // Servers differ on which of the two they read, and the canonical form
+  // keeps one, so the call has no single reading: refused for a write
+  // before anything is sent (proxy/intake.cpp). A form needs no such flag:
+  // its canonical form keeps every pair, and a repeated key is a list to
+  // many servers (Twilio's MediaUrl=..&MediaUrl=..).
   bool repeated_names = false;
   // The body as JSON (form bodies as nested objects of strings), before
   // `ignore` is applied, for `require:` checks and templates; null otherwise.

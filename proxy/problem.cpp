@@ -100,9 +100,8 @@ Problem ambiguous_spelling(std::string_view method, std::string_view url, std::s
 
 Problem ambiguous_body(std::string_view tool) {
   Problem p{403, "policy_deny", "Ambiguous request body",
-            "the body gives one field twice (a JSON object that names a member twice, or a form that sends a key "
-            "twice without []); servers differ on which of the two they read, so this call of the write tool '" +
-                std::string(tool) +
+            "the JSON body names a member twice in one object; servers differ on which of the two they read, so "
+            "this call of the write tool '" + std::string(tool) +
                 "' has no single reading and is refused, never passed on. Send each member once; nothing was sent.",
             std::nullopt, {}};
   p.extra["terminal"] = "abort";

@@ -48,8 +48,7 @@ Problem egress_denied(std::string detail);
 // ";params") and one reading is a call of write tool `tool`; nothing was sent.
 Problem ambiguous_spelling(std::string_view method, std::string_view url, std::string_view reading,
                            std::string_view tool);
-// A write whose body gives one field twice (a JSON member named twice in one
-// object, a form key sent twice without []): 403
+// A write whose JSON body names a member twice in one object: 403
 // policy_deny (terminal abort), answered without the ledger, nothing sent.
 Problem ambiguous_body(std::string_view tool);
 // 502: the upstream's TLS handshake or certificate check failed; never

@@ -197,7 +197,27 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
   // Which tool is this? An MCP tools/call names it in the body.
   std::optional<std::string> body;
   std::string mcp_tool;
-  if (may_be_mcp_call(req, cfg)) {
+  bool const mcp_read = may_be_mcp_call(req, cfg);
+  if (!mcp_read && req.method() == http::verb::post && has_mcp_tools(cfg) && cfg.tool_table) {
+    // Not read as MCP (no JSON Content-Type, no Mcp-Method), so no MCP tool
+    // would match and the call would pass unguarded to a server that reads
+    // the body anyway. MCP messages are JSON: refused where an MCP tool is.
+    auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
+                                                  target->origin_form, {}, true});
+    if (at.tool && !at.tool->match.mcp_tool.empty()) {
+      Problem p = bad_request("a POST to an endpoint with MCP tools ('" + at.tool->name + "') whose Content-Type ('" +
+                              std::string(req[http::field::content_type]) +
+                              "') is not JSON: MCP messages are application/json, and idemgate reads which tool a "
+                              "message calls from JSON only; nothing was sent");
+      p.status = 415;
+      std::string answer = mcp_error_body(p, boost::json::value(nullptr), -32600);
+      worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+      co_await send_own_answer(client_, 415, "application/json", std::move(answer), std::nullopt, version, false,
+                               cfg.timeouts.client_header);
+      co_return false;
+    }
+  }
+  if (mcp_read) {
     bool too_large = false;
     body = co_await read_request_body(client_, buffer_, parser, cfg, too_large);
     if (!body) {
@@ -289,6 +309,10 @@ bool Session::may_be_mcp_call(const http::request<http::buffer_body>& req, const
   bool json = false;
   for (std::size_t i = 0; !json && i + 4 <= ct.size(); ++i) json = policy::iequals(ct.substr(i, 4), "json");
   if (!json && req.find("Mcp-Method") == req.end()) return false;
+  return has_mcp_tools(cfg);
+}
+
+bool Session::has_mcp_tools(const config::Config& cfg) {
   return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
 }
 

@@ -134,6 +134,8 @@ private:
   // MCP tool: the tool name is in the body (and, since 2026-07-28, mirrored
   // in Mcp-Name), and both are compared before matching.
   static bool may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg);
+  // Some tool of the config is an MCP tool (match.mcp_tool).
+  static bool has_mcp_tools(const config::Config& cfg);
 
   // Everything about a request header that can be refused before any I/O;
   // sets target (absolute-form, a gateway route, or inside an intercepted

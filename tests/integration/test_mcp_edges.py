@@ -1,8 +1,8 @@
 """MCP edge cases through idemgate against a small scripted Streamable HTTP
 server that records every tools/call it ran (so duplicates are counted):
 - a JSON-RPC batch to an endpoint with MCP tools is refused, never passed on,
-  and so are a message that names a member twice and one the gate cannot
-  read (whatever its Mcp-Method/Mcp-Name headers say);
+  and so are a message that names a member twice, one the gate cannot read
+  (whatever its Mcp-Method/Mcp-Name headers say) and a POST that is not JSON;
 - an upper-case Content-Type is still read as a tools/call and guarded;
 - a 200 with no JSON-RPC response to the call (an SSE stream closed after a
   priming event) is an unknown outcome, never "completed";
@@ -167,6 +167,19 @@ class McpEdgesTest(unittest.TestCase):
                 self.assertEqual(message["error"]["code"], -32700, message)
                 self.assertIn("not JSON idemgate reads", message["error"]["message"])
         self.assertEqual(self.server.count("nan"), 0)
+
+    def test_a_post_that_is_not_json_is_refused_at_an_mcp_endpoint(self):
+        # This server reads the body whatever its type: passed on, the call
+        # would run unguarded (no MCP tool matches a message not read).
+        body = json.dumps(tools_call("plain-typed", 12)).encode()
+        for content_type in ("text/plain", "application/x-www-form-urlencoded"):
+            with self.subTest(content_type=content_type):
+                answer = self.post("/mcp", body, {"Content-Type": content_type})
+                self.assertEqual(answer.status, 415, answer.body)
+                message = answer.json()
+                self.assertEqual(message["error"]["code"], -32600, message)
+                self.assertIn("is not JSON", message["error"]["message"])
+        self.assertEqual(self.server.count("plain-typed"), 0)
 
     def test_upper_case_content_type_is_guarded(self):
         body = json.dumps(tools_call("shouted", 1)).encode()
