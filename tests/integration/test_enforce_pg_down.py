@@ -47,6 +47,14 @@ class PostgresDownTest(UnknownAssertions, unittest.TestCase):
             self.assertEqual(down.json()["reason_code"], "ledger_unavailable")
             self.assertTrue(down.headers.get("retry-after"))
             self.assertEqual(len(provider.writes()), 1, "a write left while the ledger was down")
+            # A body with two readings is refused before the ledger is asked:
+            # the same certain 403 with the ledger down, not a 503 to retry.
+            twice = call(proxy, "POST", provider.url("/v1/charges"),
+                         b'{"amount":5,"amount":6,"currency":"eur"}', run=run)
+            self.assertEqual(twice.status, 403, twice.body)
+            self.assertEqual(twice.json()["reason_code"], "policy_deny")
+            self.assertIsNone(twice.headers.get("retry-after"))
+            self.assertEqual(len(provider.writes()), 1)
 
             self.pgctl("start")
 

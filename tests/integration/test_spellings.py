@@ -6,6 +6,7 @@ each request that reaches it as a charge is one more charge. Every spelling
 is sent after the plain one with the same body: matched, it is the same
 intent and is replayed (one effect in all); refused, nothing reaches the
 upstream. Runs on both ledgers."""
+import http.client
 import os
 import posixpath
 import sys
@@ -192,6 +193,16 @@ class SpellingCases:
                 self.assertIn("names a member twice", problem["detail"])
                 self.assertEqual(answer.header("idemgate-decision"), "refused")
         self.assertEqual(self.upstream.requests, [])
+        # The connection outlives the refusal (the body was read whole).
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=30)
+        self.addCleanup(conn.close)
+        for _ in range(2):
+            conn.request("POST", url.format(port=self.upstream.port), body=b'{"amount":1,"amount":2}',
+                         headers={"Content-Type": "application/json", "Idemgate-Run": self.run_id})
+            again = conn.getresponse()
+            self.assertEqual(again.status, 403)
+            again.read()
+            self.assertNotEqual((again.getheader("connection") or "").lower(), "close")
         self.assertEqual([e for e in escalations(self.proxy) if e["run"] == self.run_id], [])
         self.assertEqual(ops(self.proxy, "intents", "show", "--run", self.run_id), [])
         # A form that repeats a key is sent (a list to many servers); every
