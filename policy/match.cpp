@@ -136,6 +136,7 @@ CompiledTools ToolTable::compile(std::vector<Tool> tools) {
   for (auto& tool : tools) tool.match.path = normalize_path_pattern(tool.match.path);
   table->tools_ = std::move(tools);
   const auto& all = table->tools_;
+  table->has_mcp_tools_ = std::any_of(all.begin(), all.end(), [](const Tool& t) { return !t.match.mcp_tool.empty(); });
   std::vector<Specificity> keys;
   keys.reserve(all.size());
   for (const auto& tool : all) keys.push_back(specificity(tool.match));

@@ -92,6 +92,8 @@ class ToolTable {
   TargetMatch match_target(const TargetRequest& request) const;
 
   const std::vector<Tool>& tools() const noexcept { return tools_; }
+  // Some tool is an MCP tool (match.mcp_tool): requests are read for it.
+  bool has_mcp_tools() const noexcept { return has_mcp_tools_; }
 
   // Precedence key of a tool, larger is more specific (exposed for tests).
   struct Specificity {
@@ -126,6 +128,7 @@ class ToolTable {
   bool matches_rest(const Tool& tool, const MatchRequest& request) const noexcept;
 
   std::vector<Tool> tools_;
+  bool has_mcp_tools_ = false;
   StringMap<HostBucket> exact_hosts_;
   StringMap<HostBucket> glob_suffixes_;  // key ".stripe.com" for "*.stripe.com"
   HostBucket any_host_;

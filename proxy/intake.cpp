@@ -184,8 +184,7 @@ asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_bu
     // ambiguous path is, it is refused before the ledger hears of it: no
     // intent, no charge, no escalation, the same answer with the ledger down.
     c.decision = "refused";
-    c.reason_code = "policy_deny";
-    c.answer_class = "policy_deny";
+    c.answer_class = "policy_deny";  // the reason code is the problem's (write_problem)
     co_return co_await answer_problem(c, ambiguous_body(tool.name));
   }
   // Before the ledger or the upstream hears of it: room for this body and

@@ -84,29 +84,36 @@ Problem egress_denied(std::string detail) {
   return {403, "egress_denied", "Egress denied", std::move(detail), std::nullopt, {}};
 }
 
-Problem ambiguous_spelling(std::string_view method, std::string_view url, std::string_view reading,
-                           std::string_view tool) {
-  Problem p{403, "policy_deny", "Ambiguous request path",
-            std::string(method) + " " + std::string(url) +
-                ": servers read this path in more than one way, and read as " + std::string(reading) +
-                " it is a call of the write tool '" + std::string(tool) +
-                "'; such spellings are refused, never passed on. Send the path with plain '/' separators and "
-                "without %2F, %5C, '\\' or ';' parameters.",
-            std::nullopt, {}};
+namespace {
+
+// A write with more than one reading, refused before the ledger hears of it.
+Problem no_single_reading(std::string title, std::string detail, std::string_view tool) {
+  Problem p{403, "policy_deny", std::move(title), std::move(detail), std::nullopt, {}};
   p.extra["terminal"] = "abort";
   p.extra["tool"] = std::string(tool);
   return p;
 }
 
+}  // namespace
+
+Problem ambiguous_spelling(std::string_view method, std::string_view url, std::string_view reading,
+                           std::string_view tool) {
+  return no_single_reading("Ambiguous request path",
+                           std::string(method) + " " + std::string(url) +
+                               ": servers read this path in more than one way, and read as " + std::string(reading) +
+                               " it is a call of the write tool '" + std::string(tool) +
+                               "'; such spellings are refused, never passed on. Send the path with plain '/' "
+                               "separators and without %2F, %5C, '\\' or ';' parameters.",
+                           tool);
+}
+
 Problem ambiguous_body(std::string_view tool) {
-  Problem p{403, "policy_deny", "Ambiguous request body",
-            "the JSON body names a member twice in one object; servers differ on which of the two they read, so "
-            "this call of the write tool '" + std::string(tool) +
-                "' has no single reading and is refused, never passed on. Send each member once; nothing was sent.",
-            std::nullopt, {}};
-  p.extra["terminal"] = "abort";
-  p.extra["tool"] = std::string(tool);
-  return p;
+  return no_single_reading("Ambiguous request body",
+                           "the JSON body names a member twice in one object; servers differ on which of the two "
+                           "they read, so this call of the write tool '" + std::string(tool) +
+                               "' has no single reading and is refused, never passed on. Send each member once; "
+                               "nothing was sent.",
+                           tool);
 }
 
 Problem upstream_tls_failed(std::string detail) {

@@ -198,22 +198,17 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
   std::optional<std::string> body;
   std::string mcp_tool;
   bool const mcp_read = may_be_mcp_call(req, cfg);
-  if (!mcp_read && req.method() == http::verb::post && has_mcp_tools(cfg) && cfg.tool_table) {
+  if (!mcp_read && req.method() == http::verb::post) {
     // Not read as MCP (no JSON Content-Type, no Mcp-Method), so no MCP tool
     // would match and the call would pass unguarded to a server that reads
     // the body anyway. MCP messages are JSON: refused where an MCP tool is.
-    auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
-                                                  target->origin_form, {}, true});
-    if (at.tool && !at.tool->match.mcp_tool.empty()) {
-      Problem p = bad_request("a POST to an endpoint with MCP tools ('" + at.tool->name + "') whose Content-Type ('" +
+    if (auto const* at = mcp_endpoint(cfg, req, *target)) {
+      Problem p = bad_request("a POST to an endpoint with MCP tools ('" + at->name + "') whose Content-Type ('" +
                               std::string(req[http::field::content_type]) +
                               "') is not JSON: MCP messages are application/json, and idemgate reads which tool a "
                               "message calls from JSON only; nothing was sent");
       p.status = 415;
-      std::string answer = mcp_error_body(p, boost::json::value(nullptr), -32600);
-      worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-      co_await send_own_answer(client_, 415, "application/json", std::move(answer), std::nullopt, version, false,
-                               cfg.timeouts.client_header);
+      co_await refuse_jsonrpc(cfg, 415, p, nullptr, -32600, version);
       co_return false;
     }
   }
@@ -235,11 +230,7 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
     if (mcp.kind == policy::McpKind::header_mismatch) {
       // SEP-2243: a gateway matching on the headers and a server running
       // the body must never disagree about which tool is called.
-      Problem const p = bad_request(mcp.mismatch);
-      std::string answer = mcp_error_body(p, mcp.id, -32001);
-      worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-      co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
-                               cfg.timeouts.client_header);
+      co_await refuse_jsonrpc(cfg, 400, bad_request(mcp.mismatch), mcp.id, -32001, version);
       co_return false;
     }
     if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
@@ -250,11 +241,9 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
     // 2025-06-18), passed on as any body elsewhere.
     bool const batch = mcp.kind == policy::McpKind::batch;
     bool const repeated = mcp.kind == policy::McpKind::repeated_names;
-    if ((batch || repeated || mcp.unreadable) && cfg.tool_table) {
-      auto const at = cfg.tool_table->match_target({req.method_string(), target->scheme, target->host, target->port,
-                                                    target->origin_form, {}, true});
-      if (at.tool && !at.tool->match.mcp_tool.empty()) {
-        std::string const where = "to an endpoint with MCP tools ('" + at.tool->name + "')";
+    if (batch || repeated || mcp.unreadable) {
+      if (auto const* at = mcp_endpoint(cfg, req, *target)) {
+        std::string const where = "to an endpoint with MCP tools ('" + at->name + "')";
         Problem const p = bad_request(
             batch      ? "a JSON-RPC batch " + where +
                         ": MCP has no batches since revision 2025-06-18; send one tools/call per request; nothing "
@@ -266,11 +255,8 @@ asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
                              " that is not JSON idemgate reads (NaN or Infinity, a byte order mark, invalid UTF-8, "
                              "nesting deeper than 32): it cannot tell which tool the message calls, whatever its "
                              "headers say; nothing was sent");
-        std::string answer = mcp_error_body(p, repeated ? mcp.id : boost::json::value(nullptr),
-                                            batch || repeated ? -32600 : -32700);
-        worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-        co_await send_own_answer(client_, 400, "application/json", std::move(answer), std::nullopt, version, false,
-                                 cfg.timeouts.client_header);
+        co_await refuse_jsonrpc(cfg, 400, p, repeated ? mcp.id : boost::json::value(nullptr),
+                                batch || repeated ? -32600 : -32700, version);
         co_return false;
       }
     }
@@ -309,11 +295,23 @@ bool Session::may_be_mcp_call(const http::request<http::buffer_body>& req, const
   bool json = false;
   for (std::size_t i = 0; !json && i + 4 <= ct.size(); ++i) json = policy::iequals(ct.substr(i, 4), "json");
   if (!json && req.find("Mcp-Method") == req.end()) return false;
-  return has_mcp_tools(cfg);
+  return cfg.tool_table && cfg.tool_table->has_mcp_tools();
 }
 
-bool Session::has_mcp_tools(const config::Config& cfg) {
-  return std::any_of(cfg.tools.begin(), cfg.tools.end(), [](const policy::Tool& t) { return !t.match.mcp_tool.empty(); });
+const policy::Tool* Session::mcp_endpoint(const config::Config& cfg, const http::request<http::buffer_body>& req,
+                                          const Target& target) {
+  if (!cfg.tool_table || !cfg.tool_table->has_mcp_tools()) return nullptr;
+  auto const at = cfg.tool_table->match_target(
+      {req.method_string(), target.scheme, target.host, target.port, target.origin_form, {}, true});
+  return at.tool && !at.tool->match.mcp_tool.empty() ? at.tool : nullptr;
+}
+
+asio::awaitable<void> Session::refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
+                                              const boost::json::value& id, int code, unsigned version) {
+  std::string answer = mcp_error_body(p, id, code);
+  worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
+  co_await send_own_answer(client_, status, "application/json", std::move(answer), std::nullopt, version, false,
+                           cfg.timeouts.client_header);
 }
 
 std::optional<Problem> Session::check_request(const config::Config& cfg, const http::request<http::buffer_body>& req,

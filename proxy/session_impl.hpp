@@ -134,8 +134,13 @@ private:
   // MCP tool: the tool name is in the body (and, since 2026-07-28, mirrored
   // in Mcp-Name), and both are compared before matching.
   static bool may_be_mcp_call(const http::request<http::buffer_body>& req, const config::Config& cfg);
-  // Some tool of the config is an MCP tool (match.mcp_tool).
-  static bool has_mcp_tools(const config::Config& cfg);
+  // The endpoint's best tool when it is an MCP tool (one of any name
+  // matches), else nullptr: where a body no tool can read is refused.
+  static const policy::Tool* mcp_endpoint(const config::Config& cfg, const http::request<http::buffer_body>& req,
+                                          const Target& target);
+  // A JSON-RPC error answer (400 or 415) on a connection that then closes.
+  asio::awaitable<void> refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
+                                       const boost::json::value& id, int code, unsigned version);
 
   // Everything about a request header that can be refused before any I/O;
   // sets target (absolute-form, a gateway route, or inside an intercepted

@@ -129,12 +129,17 @@ class McpEdgesTest(unittest.TestCase):
         h.update(headers or {})
         return call(self.proxy, "POST", self.server.url(path), body, h, run=self.run_id)
 
+    def assert_jsonrpc_refusal(self, answer, status, code, text):
+        """A JSON-RPC error answer with that HTTP status and code, its message naming why; the message."""
+        self.assertEqual(answer.status, status, answer.body)
+        message = answer.json()
+        self.assertEqual(message["error"]["code"], code, message)
+        self.assertIn(text, message["error"]["message"])
+        return message
+
     def test_batch_to_an_mcp_endpoint_is_refused(self):
         answer = self.post("/mcp", [tools_call("batched", 1), tools_call("batched", 2)])
-        self.assertEqual(answer.status, 400, answer.body)
-        message = answer.json()
-        self.assertEqual(message["error"]["code"], -32600, message)
-        self.assertIn("batch", message["error"]["message"])
+        self.assert_jsonrpc_refusal(answer, 400, -32600, "batch")
         self.assertEqual(self.server.count("batched"), 0)
 
     def test_a_message_that_names_a_member_twice_is_refused(self):
@@ -142,12 +147,8 @@ class McpEdgesTest(unittest.TestCase):
         # one while the server runs the other.
         body = (b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_ticket",'
                 b'"arguments":{"title":"twice"},"name":"create_ticket"}}')
-        answer = self.post("/mcp", body)
-        self.assertEqual(answer.status, 400, answer.body)
-        message = answer.json()
+        message = self.assert_jsonrpc_refusal(self.post("/mcp", body), 400, -32600, "names a member twice")
         self.assertEqual(message["id"], 9, message)
-        self.assertEqual(message["error"]["code"], -32600, message)
-        self.assertIn("names a member twice", message["error"]["message"])
         self.assertEqual(self.server.count("twice"), 0)
         # Sent once, the same call goes through.
         once = self.post("/mcp", tools_call("twice", 10))
@@ -161,11 +162,7 @@ class McpEdgesTest(unittest.TestCase):
                 b'"arguments":{"title":"nan","n":NaN}}}')
         for headers in ({}, {"Mcp-Method": "tools/call", "Mcp-Name": "create_ticket"}):
             with self.subTest(headers=headers):
-                answer = self.post("/mcp", body, headers)
-                self.assertEqual(answer.status, 400, answer.body)
-                message = answer.json()
-                self.assertEqual(message["error"]["code"], -32700, message)
-                self.assertIn("not JSON idemgate reads", message["error"]["message"])
+                self.assert_jsonrpc_refusal(self.post("/mcp", body, headers), 400, -32700, "not JSON idemgate reads")
         self.assertEqual(self.server.count("nan"), 0)
 
     def test_a_post_that_is_not_json_is_refused_at_an_mcp_endpoint(self):
@@ -174,11 +171,8 @@ class McpEdgesTest(unittest.TestCase):
         body = json.dumps(tools_call("plain-typed", 12)).encode()
         for content_type in ("text/plain", "application/x-www-form-urlencoded"):
             with self.subTest(content_type=content_type):
-                answer = self.post("/mcp", body, {"Content-Type": content_type})
-                self.assertEqual(answer.status, 415, answer.body)
-                message = answer.json()
-                self.assertEqual(message["error"]["code"], -32600, message)
-                self.assertIn("is not JSON", message["error"]["message"])
+                self.assert_jsonrpc_refusal(self.post("/mcp", body, {"Content-Type": content_type}), 415, -32600,
+                                            "is not JSON")
         self.assertEqual(self.server.count("plain-typed"), 0)
 
     def test_upper_case_content_type_is_guarded(self):
