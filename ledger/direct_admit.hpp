@@ -7,6 +7,7 @@
 
 #include "ledger/errc.hpp"
 #include "ledger/types.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -32,7 +33,7 @@ class DirectAdmit {
   // lost after the statement left (its fate is unknown: the caller fails
   // closed, and its retry finds whatever did get committed), busy when the
   // server cancelled it (statement or lock timeout), storage_failure.
-  virtual boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request,
+  virtual Task<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request,
                                                                          bool spin) = 0;
 };
 

@@ -59,8 +59,8 @@
 #include "ledger/redact.hpp"
 #include "ledger/store.hpp"
 #include "ledger/types.hpp"
+#include "ledger/executor.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
 #include <atomic>
@@ -76,7 +76,7 @@
 namespace idemgate::ledger {
 
 template <class T>
-using Awaitable = boost::asio::awaitable<Result<T>>;
+using Awaitable = Task<Result<T>>;
 
 // A Result on the heap: what passes through the awaitables between the
 // ledger and its caller is a pointer, not the Intent a Result may hold
@@ -156,7 +156,7 @@ class Ledger {
   // admissions arriving then queue for the workers' next batch, as they
   // would behind a worker's.
   // Boxed: every guarded write awaits one, through the proxy's helpers.
-  boost::asio::awaitable<Boxed<Admission>> admit(AdmitRequest request, RequestSnapshot snapshot);
+  Task<Boxed<Admission>> admit(AdmitRequest request, RequestSnapshot snapshot);
   // Steps 3-6: may this process dispatch attempt n+1 now, given the state the
   // verdict was made from? (Store::begin_attempt: compare-and-set, leased.)
   Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
@@ -165,7 +165,7 @@ class Ledger {
   // The same for a caller that does not wait: `watcher` is told whether it
   // was recorded (and why not), on `executor`; a record kept in the
   // background costs no coroutine, and no Intent is handed back.
-  void record_outcome(Outcome outcome, boost::asio::any_io_executor executor, std::unique_ptr<Watcher<void>> watcher);
+  void record_outcome(Outcome outcome, Executor executor, std::unique_ptr<Watcher<void>> watcher);
   // What record_outcome stores of the response, done now (for a caller that
   // shows it before it is recorded); this ledger's record_outcome then
   // leaves it as it is (Outcome::redacted_by), any other ledger's redacts it
@@ -248,7 +248,7 @@ class Ledger {
   // Enqueues a JobT<Handler>(request, handler, stats) answering `Value`:
   // Result<T>, or Boxed<T> (see jobs::Completion).
   template <class Value, template <class> class JobT, class Request>
-  boost::asio::awaitable<Value> submit(Request request);
+  Task<Value> submit(Request request);
   // Runs the batch's calls; answers none of them (the caller does, with the
   // error every call fails with, if any, once its writer lane is free).
   boost::system::error_code run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch);

@@ -5,6 +5,7 @@
 
 #include "ledger/ledger_jobs.hpp"
 #include "ledger/redact.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -16,24 +17,24 @@ using namespace jobs;
 template <class T, class Op>
 Awaitable<T> Ledger::call(Order order, Op op) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<T>)>(
+  return asio::async_initiate<const boost::asio::use_awaitable_t<Executor>&, void(Result<T>)>(
       [this, order = std::move(order), op = std::move(op)](auto handler) mutable {
         using Handler = decltype(handler);
         enqueue(std::make_unique<CallJob<T, Op, Handler>>(std::move(order), std::move(op),
                                                           std::move(handler), stats_));
       },
-      asio::use_awaitable);
+      use_task);
 }
 
 template <class Value, template <class> class JobT, class Request>
-asio::awaitable<Value> Ledger::submit(Request request) {
+Task<Value> Ledger::submit(Request request) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Value)>(
+  return asio::async_initiate<const boost::asio::use_awaitable_t<Executor>&, void(Value)>(
       [this, request = std::move(request)](auto handler) mutable {
         using Handler = decltype(handler);
         enqueue(std::make_unique<JobT<Handler>>(std::move(request), std::move(handler), stats_));
       },
-      asio::use_awaitable);
+      use_task);
 }
 
 Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSnapshot snapshot) {
@@ -41,7 +42,7 @@ Awaitable<Reservation> Ledger::reserve_intent(ReserveRequest request, RequestSna
   return submit<Result<Reservation>, ReserveJob>(std::move(request));
 }
 
-asio::awaitable<Boxed<Admission>> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
+Task<Boxed<Admission>> Ledger::admit(AdmitRequest request, RequestSnapshot snapshot) {
   request.reserve.request_snapshot = redact_request(snapshot, options_.redact);
   if (request.first_attempt) request.first_attempt->replica = options_.replica_id;
   auto const number = admissions_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -124,7 +125,7 @@ namespace {
 template <class T>
 class WatcherHandler {
  public:
-  using executor_type = asio::any_io_executor;
+  using executor_type = Executor;
   WatcherHandler(executor_type executor, std::unique_ptr<Watcher<T>> watcher)
       : executor_(std::move(executor)), watcher_(std::move(watcher)) {}
   executor_type get_executor() const noexcept { return executor_; }
@@ -140,7 +141,7 @@ class WatcherHandler {
 
 }  // namespace
 
-void Ledger::record_outcome(Outcome outcome, asio::any_io_executor executor, std::unique_ptr<Watcher<void>> watcher) {
+void Ledger::record_outcome(Outcome outcome, Executor executor, std::unique_ptr<Watcher<void>> watcher) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
   redact(outcome);
   using Handler = WatcherHandler<void>;

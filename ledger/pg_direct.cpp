@@ -3,6 +3,7 @@
 #include "ledger/pg_direct.hpp"
 
 #include "ledger/pg_admit.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -208,7 +209,7 @@ int PgDirectAdmit::backend_pid() {
   return state_->idle ? PQbackendPID(state_->idle->c) : 0;
 }
 
-asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const AdmitRequest& request, bool spin) {
+Task<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const AdmitRequest& request, bool spin) {
   using Out = std::optional<Result<AdmitFirst>>;
   std::shared_ptr<State> state = state_;
   auto connection = state->take();
@@ -265,7 +266,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
   // From here on the statement may commit. A silent server is bounded by
   // TCP keepalives; a slow one by its statement_timeout (an error reply),
   // and this deadline only in case neither comes.
-  asio::steady_timer deadline(executor);
+  SteadyTimer deadline(executor);
   deadline.expires_after(statement_timeout_ + std::chrono::seconds(2));
   deadline.async_wait([watch](error_code e) {
     if (!e) watch->expire();
@@ -277,7 +278,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
 
   int flushed = 0;
   while ((flushed = PQflush(c)) == 1) {
-    co_await watch->wait(asio::posix::stream_descriptor::wait_write, asio::redirect_error(asio::use_awaitable, ec));
+    co_await watch->wait(asio::posix::stream_descriptor::wait_write, asio::redirect_error(use_task, ec));
     if (ec) co_return lost();
   }
   if (flushed < 0) {
@@ -315,7 +316,7 @@ asio::awaitable<std::optional<Result<AdmitFirst>>> PgDirectAdmit::send(const Adm
     if (done) break;
     bool const arrived = !std::exchange(spun, true) && readable_within(fd, spin_);
     if (!arrived) {
-      co_await watch->wait(asio::posix::stream_descriptor::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      co_await watch->wait(asio::posix::stream_descriptor::wait_read, asio::redirect_error(use_task, ec));
       if (ec) co_return lost();
     }
     if (!PQconsumeInput(c)) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "ledger/direct_admit.hpp"
+#include "ledger/executor.hpp"
 
 #include <chrono>
 #include <memory>
@@ -33,7 +34,7 @@ class PgDirectAdmit final : public DirectAdmit {
   PgDirectAdmit& operator=(const PgDirectAdmit&) = delete;
 
   bool takes(const AdmitRequest& request) const override;
-  boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request,
+  Task<std::optional<Result<AdmitFirst>>> send(const AdmitRequest& request,
                                                                  bool spin) override;
 
   // Its application_name, unless the URL sets one.

@@ -5,6 +5,7 @@
 #include "proxy/admin_page.hpp"
 #include "proxy/ops.hpp"
 #include "proxy/problem.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
@@ -180,7 +181,7 @@ int limit_of(const Target& t) {
   return n ? static_cast<int>(std::min<std::int64_t>(*n, 1000)) : 100;
 }
 
-asio::awaitable<AdminResponse> api(AdminContext& ctx, const AdminRequest& req, const Target& t) {
+Task<AdminResponse> api(AdminContext& ctx, const AdminRequest& req, const Target& t) {
   auto const& s = t.segments;  // s[0] == "api"
   bool const get = req.method() == http::verb::get;
   bool const post = req.method() == http::verb::post;
@@ -240,7 +241,7 @@ asio::awaitable<AdminResponse> api(AdminContext& ctx, const AdminRequest& req, c
                            std::string(req.method_string()) + " " + t.path + " is not an admin API route");
 }
 
-asio::awaitable<AdminResponse> operator_page(AdminContext& ctx, const AdminRequest& req, const Target& t) {
+Task<AdminResponse> operator_page(AdminContext& ctx, const AdminRequest& req, const Target& t) {
   auto const& s = t.segments;
   auto& ledger = ctx.ledger;
   auto const& csrf = ctx.auth.csrf_token();
@@ -316,7 +317,7 @@ asio::awaitable<AdminResponse> operator_page(AdminContext& ctx, const AdminReque
 
 }  // namespace
 
-asio::awaitable<AdminResponse> handle_admin_request(AdminContext& ctx, const AdminRequest& req) {
+Task<AdminResponse> handle_admin_request(AdminContext& ctx, const AdminRequest& req) {
   auto target = parse_target(req.target());
   if (!target) co_return problem_answer(req, 400, "malformed_request", "Bad request", "the request target is not a path");
   auto const& t = *target;

@@ -7,6 +7,7 @@
 
 #include "proxy/admin_auth.hpp"
 #include "proxy/metrics.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/message.hpp>
@@ -27,6 +28,6 @@ struct AdminContext {
 using AdminRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using AdminResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
-boost::asio::awaitable<AdminResponse> handle_admin_request(AdminContext& ctx, const AdminRequest& req);
+Task<AdminResponse> handle_admin_request(AdminContext& ctx, const AdminRequest& req);
 
 }  // namespace idemgate::proxy

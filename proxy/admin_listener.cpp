@@ -3,6 +3,7 @@
 
 #include "proxy/log.hpp"
 #include "proxy/problem.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -20,7 +21,7 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 namespace {
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 constexpr std::chrono::seconds io_deadline{10};
 constexpr std::uint32_t header_limit = 16 * 1024;
 constexpr std::uint64_t body_limit = 64 * 1024;
@@ -29,7 +30,7 @@ constexpr std::uint64_t body_limit = 64 * 1024;
 AdminListener::AdminListener(asio::io_context& ioc, const tcp::endpoint& endpoint, AdminContext& ctx)
     : ioc_(ioc), acceptor_(ioc), ctx_(ctx) {
   acceptor_.open(endpoint.protocol());
-  acceptor_.set_option(tcp::acceptor::reuse_address(true));
+  acceptor_.set_option(TcpAcceptor::reuse_address(true));
   acceptor_.bind(endpoint);
   acceptor_.listen(asio::socket_base::max_listen_connections);
 }
@@ -43,13 +44,13 @@ void AdminListener::stop() {
   acceptor_.close(ignored);
 }
 
-asio::awaitable<void> AdminListener::accept_loop() {
+Task<void> AdminListener::accept_loop() {
   for (;;) {
     auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
     if (ec) {
       log_event("accept_error", {{"listener", "admin"}, {"error", ec.message()}});
-      asio::steady_timer pause(ioc_, std::chrono::milliseconds(50));
+      SteadyTimer pause(ioc_, std::chrono::milliseconds(50));
       co_await pause.async_wait(use_tuple);
       continue;
     }
@@ -57,7 +58,7 @@ asio::awaitable<void> AdminListener::accept_loop() {
   }
 }
 
-asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
+Task<void> AdminListener::serve(TcpSocket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -88,7 +89,7 @@ asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
     if (wec || !res.keep_alive()) break;
   }
   boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.socket().shutdown(TcpSocket::shutdown_send, ignored);
 }
 
 }  // namespace idemgate::proxy

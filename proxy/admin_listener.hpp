@@ -4,6 +4,7 @@
 #pragma once
 
 #include "proxy/admin_api.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
@@ -21,11 +22,11 @@ class AdminListener {
   void stop();
 
  private:
-  boost::asio::awaitable<void> accept_loop();
-  boost::asio::awaitable<void> serve(boost::asio::ip::tcp::socket socket);
+  Task<void> accept_loop();
+  Task<void> serve(TcpSocket socket);
 
   boost::asio::io_context& ioc_;
-  boost::asio::ip::tcp::acceptor acceptor_;
+  TcpAcceptor acceptor_;
   AdminContext& ctx_;
 };
 

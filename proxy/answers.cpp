@@ -11,6 +11,7 @@
 #include "proxy/outcome_recorder.hpp"
 #include "proxy/respond.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -29,7 +30,7 @@ using policy::VerdictKind;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 
 unsigned seconds_up(std::chrono::milliseconds d) {
   return static_cast<unsigned>(std::max<long>(1, (d.count() + 999) / 1000));
@@ -82,7 +83,7 @@ AnswerTo answer_to(const Call& c) {
 // body of which the first bytes are `body` (all of it unless tail is set);
 // `extra` adds the fields a replay says more (before the Idemgate-* ones).
 template <class Extra>
-asio::awaitable<ForwardResult> write_response(Call& c, AnswerHead& head, std::string_view body, AnswerTail* tail,
+Task<ForwardResult> write_response(Call& c, AnswerHead& head, std::string_view body, AnswerTail* tail,
                                               Extra extra) {
   auto const to = answer_to(c);
   bool const sends_body = to_client(head, body.size(), to);
@@ -99,7 +100,7 @@ asio::awaitable<ForwardResult> write_response(Call& c, AnswerHead& head, std::st
   co_return ForwardResult{ok && c.keep_alive};
 }
 
-asio::awaitable<ForwardResult> write_problem(Call& c, const Problem& p, const char* should_retry) {
+Task<ForwardResult> write_problem(Call& c, const Problem& p, const char* should_retry) {
   http::fields extra;
   fill_idemgate_headers(c, extra);
   if (should_retry && !c.tool.should_retry_header.empty()) extra.set(c.tool.should_retry_header, should_retry);
@@ -150,13 +151,13 @@ policy::Verdict refusal(policy::ReasonCode reason, std::string detail) {
   return v;
 }
 
-asio::awaitable<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
+Task<ForwardResult> answer_upstream(Call& c, UpstreamAnswer& answer) {
   AnswerHead head;
   head_of(answer.response, head);
   co_return co_await write_response(c, head, answer.response.body(), answer.tail.get(), [](AnswerHead&) {});
 }
 
-asio::awaitable<ForwardResult> answer_replay(Call& c) {
+Task<ForwardResult> answer_replay(Call& c) {
   auto& intent = *c.intent;
   c.answer_class = intent.answer_class.empty() ? "ok" : intent.answer_class;
   // An MCP client reads a tool result: a stored answer with no JSON-RPC
@@ -197,7 +198,7 @@ asio::awaitable<ForwardResult> answer_replay(Call& c) {
   });
 }
 
-asio::awaitable<ForwardResult> answer_wait(Call& c, const policy::Verdict& v) {
+Task<ForwardResult> answer_wait(Call& c, const policy::Verdict& v) {
   c.decision = "wait";
   c.reason_code = std::string(policy::to_string(v.wait_reason));
   if (v.wait_reason == policy::WaitReason::in_flight) c.answer_class = "pending";
@@ -214,7 +215,7 @@ asio::awaitable<ForwardResult> answer_wait(Call& c, const policy::Verdict& v) {
   co_return co_await write_problem(c, p, "true");
 }
 
-asio::awaitable<ForwardResult> answer_refusal(Call& c, const policy::Verdict& v) {
+Task<ForwardResult> answer_refusal(Call& c, const policy::Verdict& v) {
   c.decision = "refused";
   c.reason_code = std::string(policy::to_string(v.reason));
   if (c.answer_class.empty()) {
@@ -275,11 +276,11 @@ asio::awaitable<ForwardResult> answer_refusal(Call& c, const policy::Verdict& v)
   co_return co_await write_problem(c, p, "false");
 }
 
-asio::awaitable<ForwardResult> answer_problem(Call& c, const Problem& p) {
+Task<ForwardResult> answer_problem(Call& c, const Problem& p) {
   co_return co_await write_problem(c, p, nullptr);
 }
 
-asio::awaitable<ForwardResult> answer_ledger_down(Call& c) {
+Task<ForwardResult> answer_ledger_down(Call& c) {
   if (c.sent) {
     policy::Verdict v;
     v.kind = VerdictKind::wait;

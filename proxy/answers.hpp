@@ -8,6 +8,7 @@
 #include "proxy/call.hpp"
 #include "proxy/exchange.hpp"
 #include "proxy/forward.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -18,17 +19,17 @@ namespace idemgate::proxy {
 // A refusal verdict for a reason of the catalog (status, terminal from it).
 policy::Verdict refusal(policy::ReasonCode reason, std::string detail);
 
-boost::asio::awaitable<ForwardResult> answer_upstream(Call& call, UpstreamAnswer& answer);
+Task<ForwardResult> answer_upstream(Call& call, UpstreamAnswer& answer);
 // The stored response of call.intent (completed), or the operator's receipt.
-boost::asio::awaitable<ForwardResult> answer_replay(Call& call);
-boost::asio::awaitable<ForwardResult> answer_wait(Call& call, const policy::Verdict& verdict);
-boost::asio::awaitable<ForwardResult> answer_refusal(Call& call, const policy::Verdict& verdict);
+Task<ForwardResult> answer_replay(Call& call);
+Task<ForwardResult> answer_wait(Call& call, const policy::Verdict& verdict);
+Task<ForwardResult> answer_refusal(Call& call, const policy::Verdict& verdict);
 // The proxy's own problem about the transport (connect failed, TLS, ...),
 // not a refusal: no package.
-boost::asio::awaitable<ForwardResult> answer_problem(Call& call, const Problem& problem);
+Task<ForwardResult> answer_problem(Call& call, const Problem& problem);
 // The ledger failed: 503 when this request sent nothing; once an attempt
 // began, the outcome is unknown and the answer says so (409 reconciling).
-boost::asio::awaitable<ForwardResult> answer_ledger_down(Call& call);
+Task<ForwardResult> answer_ledger_down(Call& call);
 
 void log_decision(Call& call, unsigned status);
 

@@ -7,6 +7,7 @@
 #include "policy/egress.hpp"
 #include "proxy/worker.hpp"
 #include "tls/client_context.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -23,7 +24,7 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 namespace {
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 
 std::string where(const Target& t) { return t.host + ":" + std::to_string(t.port); }
 
@@ -49,7 +50,7 @@ policy::EgressVerdict check_egress_host(const Target& target, const config::Conf
   return policy::check_host(cfg.egress.allow_hosts, target.host);
 }
 
-asio::awaitable<ConnectOutcome> connect_upstream(const Target& target, const config::Config& cfg, Worker& worker,
+Task<ConnectOutcome> connect_upstream(const Target& target, const config::Config& cfg, Worker& worker,
                                                  bool raw) {
   auto ex = co_await asio::this_coro::executor;
   auto const deadline = std::chrono::steady_clock::now() + cfg.timeouts.upstream_connect;
@@ -68,8 +69,8 @@ asio::awaitable<ConnectOutcome> connect_upstream(const Target& target, const con
     endpoints.emplace_back(literal, target.port);
   } else {
     // getaddrinfo runs on Asio's resolver thread; the timer bounds our wait.
-    tcp::resolver resolver(ex);
-    asio::steady_timer timer(ex, deadline);
+    TcpResolver resolver(ex);
+    SteadyTimer timer(ex, deadline);
     bool timed_out = false;
     timer.async_wait([&](beast::error_code ec) {
       if (!ec) {

@@ -7,6 +7,7 @@
 #include "proxy/http_rules.hpp"
 #include "proxy/problem.hpp"
 #include "proxy/upstream_pool.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -30,7 +31,7 @@ policy::EgressVerdict check_egress_host(const Target& target, const config::Conf
 // A new connection to target: plain TCP for http://, verified TLS (SNI, the
 // host's name checked against the certificate) for https://. `raw`: TCP only
 // whatever the scheme (a blind CONNECT tunnel carries the client's own TLS).
-boost::asio::awaitable<ConnectOutcome> connect_upstream(const Target& target, const config::Config& cfg,
+Task<ConnectOutcome> connect_upstream(const Target& target, const config::Config& cfg,
                                                         Worker& worker, bool raw = false);
 
 }  // namespace idemgate::proxy

@@ -3,6 +3,7 @@
 
 #include "proxy/mcp_answer.hpp"
 #include "proxy/messages.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/beast/http/message.hpp>
 
@@ -56,7 +57,7 @@ std::chrono::milliseconds attempt_lease(const config::Config& cfg) {
   return t.upstream_connect + t.idle + t.upstream_response + t.outcome_record;
 }
 
-asio::awaitable<Sent> send_upstream(Call& c, std::string_view key) {
+Task<Sent> send_upstream(Call& c, std::string_view key) {
   auto const out = upstream_request(c.req, c.target, c.body, true,
                                     key.empty() ? std::string_view() : std::string_view(c.tool.idempotency.header), key);
   Sent s;

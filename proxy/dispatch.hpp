@@ -4,6 +4,7 @@
 #include "policy/classify.hpp"
 #include "proxy/call.hpp"
 #include "proxy/exchange.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -20,7 +21,7 @@ struct Sent {
 };
 
 // key: the idempotency key to send (writes), "" for reads.
-boost::asio::awaitable<Sent> send_upstream(Call& call, std::string_view key);
+Task<Sent> send_upstream(Call& call, std::string_view key);
 
 // How long the process that dispatches owns the attempt: every phase of the
 // exchange (connect, write, response) plus the time to record the outcome.

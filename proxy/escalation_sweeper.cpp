@@ -7,6 +7,7 @@
 #include "proxy/log.hpp"
 #include "proxy/problem.hpp"
 #include "proxy/query_reconcile.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -107,7 +108,7 @@ char const* outcome_name(policy::QueryOutcome outcome) {
   return "failed";
 }
 
-asio::awaitable<void> look_up_in_background(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+Task<void> look_up_in_background(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
                                             SweeperStats& stats, const policy::Tool& tool,
                                             const ledger::Intent& intent) {
   boost::system::error_code ec;
@@ -136,7 +137,7 @@ asio::awaitable<void> look_up_in_background(ledger::Ledger& ledger, const config
 
 // Every lookup due now, claimed in batches until none is left, so that the
 // escalations that follow never overtake a lookup of the same pass.
-asio::awaitable<bool> look_up_due(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+Task<bool> look_up_due(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
                                   SweeperStats& stats) {
   std::vector<ledger::LookupDue> due;
   for (auto const& tool : cfg.tools)
@@ -157,7 +158,7 @@ asio::awaitable<bool> look_up_due(ledger::Ledger& ledger, const config::Config& 
 
 }  // namespace
 
-asio::awaitable<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+Task<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
                                          SweeperStats& stats) {
   if (!co_await look_up_due(ledger, cfg, worker, stats)) co_return -1;
   auto due = co_await ledger.list_unescalated_unknowns(100);
@@ -193,13 +194,13 @@ asio::awaitable<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::C
   co_return escalated;
 }
 
-asio::awaitable<void> sweep_unknowns(ledger::Ledger& ledger, ConfigSource& source, Worker& worker,
+Task<void> sweep_unknowns(ledger::Ledger& ledger, ConfigSource& source, Worker& worker,
                                      SweeperStats& stats, const std::atomic<bool>& stopping) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+  SteadyTimer timer(co_await asio::this_coro::executor);
   while (!stopping.load(std::memory_order_relaxed)) {
     auto cfg = source.get();
     timer.expires_after(sweep_interval(*cfg));
-    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(use_task));
     if (ec || stopping.load(std::memory_order_relaxed)) co_return;
     auto const now = source.get();  // the config at this pass, kept for all of it
     co_await sweep_unknowns_once(ledger, *now, worker, stats);

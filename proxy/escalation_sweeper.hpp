@@ -21,6 +21,7 @@
 
 #include "proxy/metrics.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -45,11 +46,11 @@ std::chrono::milliseconds lookup_delay(const policy::Tool& tool);
 // One pass: the background lookups that are due (on worker's thread, which
 // must be the caller's), then the escalations; returns how many escalations
 // it wrote (-1 when the ledger could not be read).
-boost::asio::awaitable<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
+Task<int> sweep_unknowns_once(ledger::Ledger& ledger, const config::Config& cfg, Worker& worker,
                                                 SweeperStats& stats);
 
 // Sweeps until stopping is set (checked after each pause).
-boost::asio::awaitable<void> sweep_unknowns(ledger::Ledger& ledger, ConfigSource& source, Worker& worker,
+Task<void> sweep_unknowns(ledger::Ledger& ledger, ConfigSource& source, Worker& worker,
                                             SweeperStats& stats, const std::atomic<bool>& stopping);
 
 }  // namespace idemgate::proxy

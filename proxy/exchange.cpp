@@ -6,6 +6,7 @@
 #include "proxy/relay.hpp"
 #include "proxy/whole_write.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -33,7 +34,7 @@ struct AnswerTail {
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 
 // What became of one send on one connection.
 enum class Sent {
@@ -52,7 +53,7 @@ void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
 // A rendered header and its body in memory in one write that does not
 // suspend when the socket takes it all (most requests and answers). Gives
 // the error and the bytes written, as async_write would.
-asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStream& out, const std::string& head,
+Task<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStream& out, const std::string& head,
                                                                        asio::const_buffer body,
                                                                        std::chrono::milliseconds idle) {
   WholeWrite w(out, head, body);
@@ -68,7 +69,7 @@ asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(ProxyStr
 // Reads the answer's body into `body`, at most limit + 1 bytes (one more
 // than the limit tells "longer" from "exactly the limit" on chunked bodies),
 // and no more than `budget` can grow to (cut_by_budget: it stopped there).
-asio::awaitable<beast::error_code> read_body_prefix(UpstreamConnection& up, http::response_parser<http::buffer_body>& p,
+Task<beast::error_code> read_body_prefix(UpstreamConnection& up, http::response_parser<http::buffer_body>& p,
                                                     std::string& body, std::uint64_t limit,
                                                     BodyBudget::Reservation* budget, bool& cut_by_budget) {
   AnswerBuffer buffered(body, budget);
@@ -95,7 +96,7 @@ asio::awaitable<beast::error_code> read_body_prefix(UpstreamConnection& up, http
   co_return beast::error_code{};
 }
 
-asio::awaitable<Sent> send_once(const Target& target, const UpstreamRequest& req, const config::Config& cfg,
+Task<Sent> send_once(const Target& target, const UpstreamRequest& req, const config::Config& cfg,
                                 const ExchangeOptions& options, std::unique_ptr<UpstreamConnection>& up,
                                 UpstreamAnswer& answer) {
   auto [wec, written] =
@@ -167,7 +168,7 @@ asio::awaitable<Sent> send_once(const Target& target, const UpstreamRequest& req
 
 }  // namespace
 
-asio::awaitable<UpstreamAnswer> exchange(const Target& target, const UpstreamRequest& req,
+Task<UpstreamAnswer> exchange(const Target& target, const UpstreamRequest& req,
                                          const config::Config& cfg, Worker& worker, const ExchangeOptions& options) {
   struct Timed {
     ledger::LatencyHistogram& histogram;
@@ -201,7 +202,7 @@ asio::awaitable<UpstreamAnswer> exchange(const Target& target, const UpstreamReq
   }
 }
 
-asio::awaitable<bool> write_answer(ProxyStream& client, const AnswerHead& head, std::string_view body,
+Task<bool> write_answer(ProxyStream& client, const AnswerHead& head, std::string_view body,
                                    bool keep_alive, AnswerTail* tail, const config::Config& cfg, Worker& worker) {
   if (!tail) {
     // Never chunked: the answer lost Transfer-Encoding with the hop-by-hop

@@ -14,6 +14,7 @@
 #include "proxy/problem.hpp"
 #include "proxy/stream.hpp"
 #include "proxy/upstream_pool.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/message.hpp>
@@ -72,7 +73,7 @@ struct UpstreamAnswer {
 
 // Sends req (in origin-form with Host and its length set) to target and
 // reads the answer, bounded by the config's deadlines.
-boost::asio::awaitable<UpstreamAnswer> exchange(const Target& target, const UpstreamRequest& req,
+Task<UpstreamAnswer> exchange(const Target& target, const UpstreamRequest& req,
                                                 const config::Config& cfg, Worker& worker,
                                                 const ExchangeOptions& options);
 
@@ -81,7 +82,7 @@ boost::asio::awaitable<UpstreamAnswer> exchange(const Target& target, const Upst
 // of the upstream body when tail is set (body is then its first bytes; the
 // framing is the upstream's length, or chunked). Returns whether the client
 // connection can carry another request.
-boost::asio::awaitable<bool> write_answer(ProxyStream& client, const AnswerHead& head, std::string_view body,
+Task<bool> write_answer(ProxyStream& client, const AnswerHead& head, std::string_view body,
                                           bool keep_alive, AnswerTail* tail, const config::Config& cfg,
                                           Worker& worker);
 

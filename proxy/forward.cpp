@@ -10,6 +10,7 @@
 #include "proxy/respond.hpp"
 #include "proxy/whole_write.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/read_size.hpp>
@@ -27,7 +28,7 @@ namespace http = beast::http;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 
 struct Exchange {
   std::string_view method;   // static for known verbs, else in unknown_method
@@ -71,7 +72,7 @@ Problem body_too_large(const config::Config& cfg) {
 
 }  // namespace
 
-asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& client_buffer,
+Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& client_buffer,
                                                http::request_parser<http::buffer_body>& parser, const Target& target,
                                                const config::Config& cfg, Worker& worker) {
   auto& req = parser.get();
@@ -89,7 +90,7 @@ asio::awaitable<ForwardResult> forward_request(ProxyStream& client, beast::flat_
 
   // GCC 12 destroys temporaries inside a co_await expression twice: every
   // problem is built into a named variable before it is awaited.
-  auto answer_problem = [&](const Problem& p) -> asio::awaitable<ForwardResult> {
+  auto answer_problem = [&](const Problem& p) -> Task<ForwardResult> {
     x.status = p.status;
     x.reason_code = p.reason_code;
     worker.stats().problems.fetch_add(1, std::memory_order_relaxed);

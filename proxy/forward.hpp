@@ -8,6 +8,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include "proxy/stream.hpp"
+#include "ledger/executor.hpp"
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
@@ -21,7 +22,7 @@ struct ForwardResult {
 
 // parser holds a complete request header; its body (if any) is still to be
 // read from client (client_buffer first).
-boost::asio::awaitable<ForwardResult> forward_request(
+Task<ForwardResult> forward_request(
     ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const Target& target,
     const config::Config& cfg, Worker& worker);

@@ -13,6 +13,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include "proxy/stream.hpp"
+#include "ledger/executor.hpp"
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
@@ -25,7 +26,7 @@ class Worker;
 
 // body: the request body when the caller already read it (to match an MCP
 // tool name); otherwise it is read here, up to limits.inspect_body.
-boost::asio::awaitable<ForwardResult> guard_request(
+Task<ForwardResult> guard_request(
     ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const Target& target,
     const policy::Tool& tool, const config::Config& cfg, Worker& worker, std::optional<std::string> body);
@@ -33,14 +34,14 @@ boost::asio::awaitable<ForwardResult> guard_request(
 // Reads a whole request body into memory, up to limit bytes. Sends
 // "100 Continue" first when the client asked for it. nullopt: over the limit
 // (or the client failed); *too_large tells which.
-boost::asio::awaitable<std::optional<std::string>> read_request_body(
+Task<std::optional<std::string>> read_request_body(
     ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const config::Config& cfg,
     bool& too_large);
 
 // Forwards a request whose body is already in memory, untouched by policy
 // (an unmatched request that was read to look for an MCP tool name).
-boost::asio::awaitable<ForwardResult> forward_buffered(
+Task<ForwardResult> forward_buffered(
     ProxyStream& client, boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
     const Target& target, std::string body, const config::Config& cfg, Worker& worker);
 

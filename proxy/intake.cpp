@@ -17,6 +17,7 @@
 #include "proxy/respond.hpp"
 #include "proxy/worker.hpp"
 #include "proxy/write_path.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -36,7 +37,7 @@ namespace http = beast::http;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 
 // The answer buffer a guarded call sets aside before it is sent: most tool
 // answers (a JSON object, an MCP result) are a few KiB and fit without
@@ -91,7 +92,7 @@ void apply_charge(Call& c, const ledger::RunCharge& charge, policy::DecisionInpu
   c.calls_used = charge.calls;
 }
 
-asio::awaitable<std::optional<std::string>> read_request_body(ProxyStream& client, beast::flat_buffer& cbuf,
+Task<std::optional<std::string>> read_request_body(ProxyStream& client, beast::flat_buffer& cbuf,
                                                               RequestParser& parser, const config::Config& cfg,
                                                               bool& too_large) {
   too_large = false;
@@ -134,7 +135,7 @@ asio::awaitable<std::optional<std::string>> read_request_body(ProxyStream& clien
   co_return body;
 }
 
-asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_buffer& client_buffer,
+Task<ForwardResult> guard_request(ProxyStream& client, beast::flat_buffer& client_buffer,
                                              RequestParser& parser, const Target& target, const policy::Tool& tool,
                                              const config::Config& cfg, Worker& worker,
                                              std::optional<std::string> body) {
@@ -212,7 +213,7 @@ asio::awaitable<ForwardResult> guard_request(ProxyStream& client, beast::flat_bu
   co_return co_await run_read_path(c);
 }
 
-asio::awaitable<ForwardResult> forward_buffered(ProxyStream& client, RequestParser& parser, const Target& target,
+Task<ForwardResult> forward_buffered(ProxyStream& client, RequestParser& parser, const Target& target,
                                                 std::string body, const config::Config& cfg, Worker& worker) {
   auto& req = parser.get();
   bool const keep_alive = req.keep_alive() && !worker.draining();

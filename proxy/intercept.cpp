@@ -4,10 +4,11 @@
 // handshake; the request loop then serves the requests inside), a blind
 // tunnel, or refused.
 #include "proxy/session_impl.hpp"
+#include "ledger/executor.hpp"
 
 namespace idemgate::proxy::detail {
 
-asio::awaitable<bool> Session::handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
+Task<bool> Session::handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                               const Target& target) {
   bool const can_intercept = cfg.tls.intercept && worker_.tls().minter;
   auto const plan = plan_connect(cfg, target, can_intercept);
@@ -30,7 +31,7 @@ asio::awaitable<bool> Session::handle_connect(const config::Config& cfg, const h
   co_return false;
 }
 
-asio::awaitable<bool> Session::intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
+Task<bool> Session::intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                          const Target& target) {
   static constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
   client_.expires_after(cfg.timeouts.client_header);
@@ -60,10 +61,10 @@ asio::awaitable<bool> Session::intercept(const config::Config& cfg, const http::
   co_return !worker_.draining();
 }
 
-asio::awaitable<bool> Session::accept_tls(const config::Config& cfg, const Target& target) {
+Task<bool> Session::accept_tls(const config::Config& cfg, const Target& target) {
   // Minting runs on the minter's pool; a cached leaf comes straight back.
   std::string const host = target.host;
-  auto minted = co_await worker_.tls().minter->async_mint(host, asio::use_awaitable);
+  auto minted = co_await worker_.tls().minter->async_mint(host, use_task);
   if (!minted.ok()) {
     // The client now expects TLS: there is no way to send it a problem.
     log_event("tls_intercept_failed", {{"host", target.host}, {"error", minted.error}});

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ledger/errc.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -42,7 +43,7 @@ template <class MakeCall>
 auto with_ledger_room(MakeCall call) -> decltype(call()) {
   using namespace std::chrono_literals;
   auto const end = std::chrono::steady_clock::now() + kLedgerRoomWait;
-  std::optional<boost::asio::steady_timer> timer;
+  std::optional<SteadyTimer> timer;
   for (auto step = 1ms;; step = std::min(step * 2, 50ms)) {
     auto result = co_await call();
     if (const auto& r = ledger_result(result);
@@ -50,7 +51,7 @@ auto with_ledger_room(MakeCall call) -> decltype(call()) {
       co_return result;
     if (!timer) timer.emplace(co_await boost::asio::this_coro::executor);
     timer->expires_after(step);
-    co_await timer->async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    co_await timer->async_wait(boost::asio::as_tuple(use_task));
   }
 }
 

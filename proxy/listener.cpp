@@ -4,6 +4,7 @@
 #include "proxy/log.hpp"
 #include "proxy/session.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -17,27 +18,27 @@ namespace idemgate::proxy {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-tcp::acceptor open_acceptor(asio::io_context& ioc, const tcp::endpoint& ep) {
-  tcp::acceptor a(ioc);
+TcpAcceptor open_acceptor(asio::io_context& ioc, const tcp::endpoint& ep) {
+  TcpAcceptor a(ioc);
   a.open(ep.protocol());
-  a.set_option(tcp::acceptor::reuse_address(true));
+  a.set_option(TcpAcceptor::reuse_address(true));
   a.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true));
   a.bind(ep);
   a.listen(asio::socket_base::max_listen_connections);
   return a;
 }
 
-asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, Worker& worker) {
+Task<void> accept_loop(TcpAcceptor& acceptor, Worker& worker) {
   auto ex = co_await asio::this_coro::executor;
   for (;;) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+    auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(use_task));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       // Out of file descriptors and the like: say so and back off briefly
       // rather than spin.
       log_event("accept_error", {{"error", ec.message()}});
-      asio::steady_timer pause(ex, std::chrono::milliseconds(50));
-      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      SteadyTimer pause(ex, std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::as_tuple(use_task));
       continue;
     }
     auto cfg = worker.config().get();

@@ -3,6 +3,7 @@
 
 #include "proxy/admin_auth.hpp"
 #include "proxy/log.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -25,7 +26,7 @@ namespace json = boost::json;
 using tcp = asio::ip::tcp;
 
 namespace {
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 constexpr std::size_t seen_limit = 4096;
 }  // namespace
 
@@ -73,7 +74,7 @@ void Notifier::stop() {
   asio::post(ioc_, [this] { wake_.cancel(); });
 }
 
-asio::awaitable<void> Notifier::deliver_loop() {
+Task<void> Notifier::deliver_loop() {
   for (;;) {
     std::optional<Item> item;
     {
@@ -82,7 +83,7 @@ asio::awaitable<void> Notifier::deliver_loop() {
       if (!queue_.empty()) item = queue_.front();
     }
     if (!item) {
-      wake_.expires_at(asio::steady_timer::time_point::max());
+      wake_.expires_at(SteadyTimer::time_point::max());
       co_await wake_.async_wait(use_tuple);
       continue;
     }
@@ -96,7 +97,7 @@ asio::awaitable<void> Notifier::deliver_loop() {
       log_event("notify_retry", {{"escalation_id", item->id}, {"attempt", attempt}, {"error", why},
                                  {"retry_in_ms", attempt < options_.max_attempts ? backoff.count() : 0}});
       if (attempt == options_.max_attempts) break;
-      asio::steady_timer pause(ioc_, backoff);
+      SteadyTimer pause(ioc_, backoff);
       co_await pause.async_wait(use_tuple);
       {
         std::lock_guard lock(mutex_);
@@ -118,7 +119,7 @@ asio::awaitable<void> Notifier::deliver_loop() {
   }
 }
 
-asio::awaitable<bool> Notifier::post(const Item& item, int attempt, std::string& why) {
+Task<bool> Notifier::post(const Item& item, int attempt, std::string& why) {
   auto url = boost::urls::parse_absolute_uri(target_.url);
   if (!url) {
     why = "admin.notify.url does not parse";
@@ -141,7 +142,7 @@ asio::awaitable<bool> Notifier::post(const Item& item, int attempt, std::string&
   req.body() = item.body;
   req.prepare_payload();
 
-  tcp::resolver resolver(ioc_);
+  TcpResolver resolver(ioc_);
   auto [rec, endpoints] = co_await resolver.async_resolve(host, port, use_tuple);
   if (rec) {
     why = "cannot resolve " + host + ": " + rec.message();

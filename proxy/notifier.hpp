@@ -9,6 +9,7 @@
 #include "config/config.hpp"
 #include "ledger/types.hpp"
 #include "proxy/metrics.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
@@ -56,16 +57,16 @@ class Notifier {
     std::int64_t id = 0;
     std::string body;
   };
-  boost::asio::awaitable<void> deliver_loop();
+  Task<void> deliver_loop();
   // true on a 2xx answer; otherwise why says what went wrong.
-  boost::asio::awaitable<bool> post(const Item& item, int attempt, std::string& why);
+  Task<bool> post(const Item& item, int attempt, std::string& why);
 
   boost::asio::io_context& ioc_;
   config::Notify target_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
   NotifyStats& stats_;
   NotifyOptions options_;
-  boost::asio::steady_timer wake_;
+  SteadyTimer wake_;
   std::mutex mutex_;
   std::deque<Item> queue_;
   std::set<std::int64_t> seen_;  // bounded: the oldest ids are forgotten first

@@ -3,6 +3,7 @@
 
 #include "ledger/ledger.hpp"
 #include "proxy/outcome_recorder.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/json.hpp>
 
@@ -96,7 +97,7 @@ std::optional<std::int64_t> parse_id(std::string_view s) {
   return v;
 }
 
-boost::asio::awaitable<OpResult> list_escalations(ledger::Ledger& ledger, std::string state, int limit) {
+Task<OpResult> list_escalations(ledger::Ledger& ledger, std::string state, int limit) {
   std::optional<ledger::EscalationState> only;
   bool const resolved = state == "resolved";
   if (!state.empty() && !resolved) {
@@ -111,12 +112,12 @@ boost::asio::awaitable<OpResult> list_escalations(ledger::Ledger& ledger, std::s
   co_return answer(list, "escalations");
 }
 
-boost::asio::awaitable<OpResult> show_escalation(ledger::Ledger& ledger, std::int64_t id) {
+Task<OpResult> show_escalation(ledger::Ledger& ledger, std::int64_t id) {
   auto e = co_await ledger.find_escalation(id);
   co_return answer(e, "escalation " + std::to_string(id));
 }
 
-boost::asio::awaitable<OpResult> resolve_escalation(ledger::Ledger& ledger, std::int64_t id, std::string action,
+Task<OpResult> resolve_escalation(ledger::Ledger& ledger, std::int64_t id, std::string action,
                                                     std::string receipt, std::string note) {
   ledger::ResolveRequest rr;
   rr.escalation_id = id;
@@ -134,26 +135,26 @@ boost::asio::awaitable<OpResult> resolve_escalation(ledger::Ledger& ledger, std:
 
 // Outcomes this process answered but has not made durable yet are shown as
 // they will be (the admin API runs in the process that answered).
-boost::asio::awaitable<OpResult> show_intent(ledger::Ledger& ledger, std::int64_t id) {
+Task<OpResult> show_intent(ledger::Ledger& ledger, std::int64_t id) {
   auto i = co_await ledger.find_intent(id);
   if (i) show_pending_outcome(ledger, *i);
   co_return answer(i, "intent " + std::to_string(id));
 }
 
-boost::asio::awaitable<OpResult> find_intent_by_key(ledger::Ledger& ledger, std::string key) {
+Task<OpResult> find_intent_by_key(ledger::Ledger& ledger, std::string key) {
   auto i = co_await ledger.find_intent_by_key(std::move(key));
   if (i) show_pending_outcome(ledger, *i);
   co_return answer(i, "an intent with that key");
 }
 
-boost::asio::awaitable<OpResult> list_intents(ledger::Ledger& ledger, std::string run, int limit) {
+Task<OpResult> list_intents(ledger::Ledger& ledger, std::string run, int limit) {
   auto list = co_await ledger.list_intents_by_run(std::move(run), limit);
   if (list)
     for (auto& i : *list) show_pending_outcome(ledger, i);
   co_return answer(list, "intents");
 }
 
-boost::asio::awaitable<OpResult> run_action(ledger::Ledger& ledger, std::string run, std::string action,
+Task<OpResult> run_action(ledger::Ledger& ledger, std::string run, std::string action,
                                             std::string reason) {
   if (reason.empty()) reason = "by operator";
   std::string const what = "run '" + run + "'";

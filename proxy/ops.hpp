@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ledger/types.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/value.hpp>
@@ -34,17 +35,17 @@ boost::json::object to_json(const ledger::Escalation&);
 boost::json::object to_json(const ledger::Run&);
 
 // state: "" (all), open, approved, denied, completed, or resolved (any but open).
-boost::asio::awaitable<OpResult> list_escalations(ledger::Ledger&, std::string state, int limit);
-boost::asio::awaitable<OpResult> show_escalation(ledger::Ledger&, std::int64_t id);
+Task<OpResult> list_escalations(ledger::Ledger&, std::string state, int limit);
+Task<OpResult> show_escalation(ledger::Ledger&, std::int64_t id);
 // action: approve (a pending-approval intent may dispatch once), deny
 // (refused for good), complete (needs the receipt; the intent replays it).
-boost::asio::awaitable<OpResult> resolve_escalation(ledger::Ledger&, std::int64_t id, std::string action,
+Task<OpResult> resolve_escalation(ledger::Ledger&, std::int64_t id, std::string action,
                                                     std::string receipt, std::string note);
-boost::asio::awaitable<OpResult> show_intent(ledger::Ledger&, std::int64_t id);
-boost::asio::awaitable<OpResult> find_intent_by_key(ledger::Ledger&, std::string key);
-boost::asio::awaitable<OpResult> list_intents(ledger::Ledger&, std::string run, int limit);
+Task<OpResult> show_intent(ledger::Ledger&, std::int64_t id);
+Task<OpResult> find_intent_by_key(ledger::Ledger&, std::string key);
+Task<OpResult> list_intents(ledger::Ledger&, std::string run, int limit);
 // action: show, kill, unfreeze.
-boost::asio::awaitable<OpResult> run_action(ledger::Ledger&, std::string run, std::string action,
+Task<OpResult> run_action(ledger::Ledger&, std::string run, std::string action,
                                             std::string reason);
 
 std::optional<std::int64_t> parse_id(std::string_view);

@@ -5,6 +5,7 @@
 #include "ledger/ledger.hpp"
 #include "ledger/open_store.hpp"
 #include "proxy/ops.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -50,7 +51,7 @@ Args split(std::span<const std::string_view> args) {
 
 // Runs one shared operation (proxy/ops.hpp) to completion and prints it:
 // one JSON object per line, or the error on err.
-int print(asio::awaitable<ops::OpResult> operation, std::ostream& out, std::ostream& err) {
+int print(Task<ops::OpResult> operation, std::ostream& out, std::ostream& err) {
   asio::io_context io;
   auto future = asio::co_spawn(io, std::move(operation), asio::use_future);
   io.run();

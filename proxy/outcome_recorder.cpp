@@ -3,6 +3,7 @@
 
 #include "ledger/ledger.hpp"
 #include "proxy/log.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -22,14 +23,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 std::atomic<int> pending{0};
 
 // The wait before try `tries` (1, 2...): 100 ms, doubling, at most 2 s.
 std::chrono::milliseconds backoff_delay(int tries) { return std::min(50ms * (1 << std::min(tries, 6)), 2000ms); }
 
-asio::awaitable<void> backoff(int tries) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, backoff_delay(tries));
+Task<void> backoff(int tries) {
+  SteadyTimer timer(co_await asio::this_coro::executor, backoff_delay(tries));
   co_await timer.async_wait(use_tuple);
 }
 
@@ -103,7 +104,7 @@ void settle(ledger::Intent& i, const ledger::Outcome& o) {
 
 // Spawns `op` on `executor` unless too many are pending.
 template <class Op>
-void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
+void spawn_bounded(Executor executor, const char* what, Op op) {
   if (!take_pending(what)) return;
   asio::co_spawn(executor, std::move(op), [what](std::exception_ptr e) {
     pending.fetch_sub(1);
@@ -125,7 +126,7 @@ void spawn_bounded(asio::any_io_executor executor, const char* what, Op op) {
 class Recorder final : public ledger::Watcher<void> {
  public:
   // Counted pending by `start`, which may drop it instead.
-  Recorder(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome&& outcome, ledger::TimePoint until,
+  Recorder(Executor executor, ledger::Ledger& ledger, ledger::Outcome&& outcome, ledger::TimePoint until,
            int first_try, std::optional<PendingEntry>&& entry)
       : executor_(std::move(executor)),
         ledger_(ledger),
@@ -208,19 +209,19 @@ class Recorder final : public ledger::Watcher<void> {
     return false;
   }
 
-  asio::any_io_executor executor_;
+  Executor executor_;
   ledger::Ledger& ledger_;
   ledger::Outcome outcome_;
   ledger::TimePoint until_;
   int tries_;
   std::optional<PendingEntry> entry_;  // durable (or given up): no longer pending once this goes
-  std::optional<asio::steady_timer> timer_;
+  std::optional<SteadyTimer> timer_;
   bool counted_ = false;
 };
 
 }  // namespace
 
-ledger::Intent record_after_answer(asio::any_io_executor executor, ledger::Ledger& ledger, ledger::Outcome outcome,
+ledger::Intent record_after_answer(Executor executor, ledger::Ledger& ledger, ledger::Outcome outcome,
                                    ledger::TimePoint keep_trying_until, ledger::Intent before) {
   outcome.after_answer = true;
   // Redacted once: the view shown now and the record written later.
@@ -258,9 +259,9 @@ namespace {
 // a waiter here is a request racing an answer just given, rare enough not to
 // need a notification.
 template <class Pending>
-asio::awaitable<bool> wait_while(Pending pending, std::chrono::milliseconds within) {
+Task<bool> wait_while(Pending pending, std::chrono::milliseconds within) {
   auto const end = std::chrono::steady_clock::now() + within;
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+  SteadyTimer timer(co_await asio::this_coro::executor);
   for (auto step = 1ms; pending(); step = std::min(step * 2, 50ms)) {
     if (std::chrono::steady_clock::now() >= end) co_return false;
     timer.expires_after(step);
@@ -271,7 +272,7 @@ asio::awaitable<bool> wait_while(Pending pending, std::chrono::milliseconds with
 
 }  // namespace
 
-asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
+Task<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
                                      std::chrono::milliseconds within) {
   return wait_while([&ledger, intent_id, attempt] { return pending_outcome(ledger, intent_id, attempt).has_value(); },
                     within);
@@ -291,14 +292,14 @@ bool run_outcome_pending(const ledger::Ledger& ledger, const std::string& run, c
 
 }  // namespace
 
-asio::awaitable<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
+Task<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
                                           const std::string& tool, const std::string& answer_class,
                                           std::chrono::milliseconds within) {
   return wait_while([&ledger, run, tool, answer_class] { return run_outcome_pending(ledger, run, tool, answer_class); },
                     within);
 }
 
-asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
+Task<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
                                                               ledger::TimePoint keep_trying_until) {
   for (int tries = 0; tries < 3; ++tries) {
     if (tries) co_await backoff(tries);
@@ -321,9 +322,9 @@ asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& le
   co_return std::nullopt;
 }
 
-void persist_escalation_later(asio::any_io_executor executor, ledger::Ledger& ledger,
+void persist_escalation_later(Executor executor, ledger::Ledger& ledger,
                               ledger::EscalationRequest request) {
-  auto task = [](ledger::Ledger& ledger, ledger::EscalationRequest request) -> asio::awaitable<void> {
+  auto task = [](ledger::Ledger& ledger, ledger::EscalationRequest request) -> Task<void> {
     auto const until = ledger::Clock::now() + 5min;
     for (int tries = 0;; ++tries) {
       co_await backoff(tries + 3);

@@ -18,8 +18,8 @@
 #pragma once
 
 #include "ledger/types.hpp"
+#include "ledger/executor.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
@@ -35,7 +35,7 @@ inline constexpr int kMaxPendingRecords = 4096;
 
 // The intent as recorded, or nullopt when it could not be recorded yet (the
 // background task has it) or was refused as an illegal transition.
-boost::asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
+Task<std::optional<ledger::Intent>> record_outcome(ledger::Ledger& ledger, ledger::Outcome outcome,
                                                                      ledger::TimePoint keep_trying_until);
 
 // Hands `outcome` (of attempt `outcome.attempt` of `before`) to a background
@@ -43,7 +43,7 @@ boost::asio::awaitable<std::optional<ledger::Intent>> record_outcome(ledger::Led
 // answer (the caller has the answer itself) and without the request snapshot
 // (the escalation sweeper's, read from the ledger); a retry that reaches this
 // process meanwhile finds it whole through pending_outcome.
-ledger::Intent record_after_answer(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
+ledger::Intent record_after_answer(Executor executor, ledger::Ledger& ledger,
                                    ledger::Outcome outcome, ledger::TimePoint keep_trying_until,
                                    ledger::Intent before);
 
@@ -56,7 +56,7 @@ void show_pending_outcome(const ledger::Ledger& ledger, ledger::Intent& intent);
 
 // Waits (up to `within`) until that outcome is no longer pending: true when
 // it is not.
-boost::asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
+Task<bool> outcome_landed(const ledger::Ledger& ledger, std::int64_t intent_id, int attempt,
                                             std::chrono::milliseconds within);
 
 // Waits (at most `within`) until no outcome of `run` and `tool` with answer
@@ -64,11 +64,11 @@ boost::asio::awaitable<bool> outcome_landed(const ledger::Ledger& ledger, std::i
 // ledger then include them (each lane commits on its own, so an outcome
 // recorded after its answer may land after a later request's admission).
 // false: some were still pending at the end.
-boost::asio::awaitable<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
+Task<bool> run_outcomes_landed(const ledger::Ledger& ledger, const std::string& run,
                                                  const std::string& tool, const std::string& answer_class,
                                                  std::chrono::milliseconds within);
 
-void persist_escalation_later(boost::asio::any_io_executor executor, ledger::Ledger& ledger,
+void persist_escalation_later(Executor executor, ledger::Ledger& ledger,
                               ledger::EscalationRequest request);
 
 // Background records not landed yet (a gauge).

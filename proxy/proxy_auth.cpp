@@ -2,6 +2,7 @@
 #include "proxy/proxy_auth.hpp"
 
 #include "policy/proxy_auth.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -61,7 +62,7 @@ policy::UserEntry decoy(const config::Config& cfg) {
 
 }  // namespace
 
-asio::awaitable<bool> proxy_authenticated(const config::Config& cfg, std::string_view proxy_authorization) {
+Task<bool> proxy_authenticated(const config::Config& cfg, std::string_view proxy_authorization) {
   auto credentials = policy::parse_basic(proxy_authorization);
   if (!credentials) co_return false;
   const auto* entry = policy::find_user(cfg.auth.users, credentials->user);
@@ -71,10 +72,12 @@ asio::awaitable<bool> proxy_authenticated(const config::Config& cfg, std::string
   }
   const policy::UserEntry checked = entry ? *entry : decoy(cfg);
   std::string password = std::move(credentials->password);
+  // On the pool's own executor (any_io_executor: a rare, slow path); the
+  // network thread's coroutine awaits its result.
   bool const ok = co_await asio::co_spawn(
       hashing_pool(),
       [&checked, &password]() -> asio::awaitable<bool> { co_return policy::verify_password(checked, password); },
-      asio::use_awaitable);
+      use_task);
   if (!ok || !entry) co_return false;
   if (!key.empty()) {
     if (remembered.size() >= remembered_limit) remembered.clear();

@@ -9,6 +9,7 @@
 
 #include "config/config.hpp"
 #include "proxy/problem.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -19,7 +20,7 @@ namespace idemgate::proxy {
 
 // Is `proxy_authorization` (the header's value, maybe empty) a valid
 // credential of one of cfg.auth.users?
-boost::asio::awaitable<bool> proxy_authenticated(const config::Config& cfg, std::string_view proxy_authorization);
+Task<bool> proxy_authenticated(const config::Config& cfg, std::string_view proxy_authorization);
 
 // 407 proxy_auth_required, and the Proxy-Authenticate: Basic realm="idemgate"
 // header that goes with it.

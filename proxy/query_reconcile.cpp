@@ -6,6 +6,7 @@
 #include "policy/json_pointer.hpp"
 #include "policy/reconcile.hpp"
 #include "proxy/exchange.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
@@ -28,7 +29,7 @@ bool names_a_redacted_value(std::string_view url) {
 
 }  // namespace
 
-asio::awaitable<QueryResult> ask_provider(const Lookup& l, const config::Config& cfg, Worker& worker) {
+Task<QueryResult> ask_provider(const Lookup& l, const config::Config& cfg, Worker& worker) {
   QueryResult result;
   auto const& q = l.tool.reconcile.query;
   policy::TemplateValues values{l.key, l.receipt, l.body};
@@ -71,7 +72,7 @@ asio::awaitable<QueryResult> ask_provider(const Lookup& l, const config::Config&
   co_return result;
 }
 
-asio::awaitable<QueryResult> ask_provider(Call& c) {
+Task<QueryResult> ask_provider(Call& c) {
   std::string_view const key = c.intent ? std::string_view(c.intent->key) : std::string_view();
   std::string_view const receipt = c.intent ? std::string_view(c.intent->receipt) : std::string_view();
   Lookup l{c.tool, key, receipt, c.fp.body ? &*c.fp.body : nullptr, &c.req, c.target.host,

@@ -9,6 +9,7 @@
 #include "policy/decide.hpp"
 #include "proxy/body_budget.hpp"
 #include "proxy/call.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -42,10 +43,10 @@ struct Lookup {
 // Asks the provider (on worker's thread, with the config's deadlines).
 // failed: no URL (a placeholder without a value, or one the ledger only holds
 // redacted), no answer, or an answer that says neither found nor not found.
-boost::asio::awaitable<QueryResult> ask_provider(const Lookup& lookup, const config::Config& cfg, Worker& worker);
+Task<QueryResult> ask_provider(const Lookup& lookup, const config::Config& cfg, Worker& worker);
 
 // The agent's request asking about its own intent.
-boost::asio::awaitable<QueryResult> ask_provider(Call& call);
+Task<QueryResult> ask_provider(Call& call);
 
 // The settlement of a lookup that found the write: completed with the
 // receipt, the found JSON stored as the answer to replay.

@@ -8,6 +8,7 @@
 #include "proxy/ledger_room.hpp"
 #include "proxy/read_tracker.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -18,7 +19,7 @@ namespace idemgate::proxy {
 namespace asio = boost::asio;
 using policy::VerdictKind;
 
-asio::awaitable<ForwardResult> run_read_path(Call& c) {
+Task<ForwardResult> run_read_path(Call& c) {
   policy::DecisionInput in;
   in.now = std::chrono::system_clock::now();
   in.missing_required = c.missing;
@@ -36,8 +37,8 @@ asio::awaitable<ForwardResult> run_read_path(Call& c) {
       auto const wait =
           std::chrono::duration_cast<std::chrono::milliseconds>(*verdict.hold_until - std::chrono::system_clock::now());
       if (wait.count() > 0) {
-        asio::steady_timer timer(co_await asio::this_coro::executor, wait);
-        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        SteadyTimer timer(co_await asio::this_coro::executor, wait);
+        co_await timer.async_wait(asio::as_tuple(use_task));
       }
       c.decision = "held";
       continue;

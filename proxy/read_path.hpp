@@ -5,11 +5,12 @@
 
 #include "proxy/call.hpp"
 #include "proxy/forward.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
 namespace idemgate::proxy {
 
-boost::asio::awaitable<ForwardResult> run_read_path(Call& call);
+Task<ForwardResult> run_read_path(Call& call);
 
 }  // namespace idemgate::proxy

@@ -3,6 +3,8 @@
 // A template: include it only from the .cpp files that relay.
 #pragma once
 
+#include "ledger/executor.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -34,14 +36,14 @@ struct RelayResult {
 // through sr to out. The header is flushed at once when no body bytes are
 // buffered yet, so a slow body never delays it. body_limit 0: unlimited.
 template <bool isRequest, class InStream, class OutStream>
-boost::asio::awaitable<RelayResult> relay_body(InStream& in, boost::beast::flat_buffer& in_buffer,
+Task<RelayResult> relay_body(InStream& in, boost::beast::flat_buffer& in_buffer,
                                                boost::beast::http::parser<isRequest, boost::beast::http::buffer_body>& p,
                                                OutStream& out,
                                                boost::beast::http::serializer<isRequest, boost::beast::http::buffer_body>& sr,
                                                std::chrono::milliseconds idle, std::uint64_t body_limit) {
   namespace asio = boost::asio;
   namespace http = boost::beast::http;
-  constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+  constexpr auto use_tuple = asio::as_tuple(use_task);
   RelayResult result;
   std::array<char, 16 * 1024> buf;
   auto& body = p.get().body();

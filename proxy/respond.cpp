@@ -1,5 +1,6 @@
 // Answers the proxy makes itself (problem+json, JSON-RPC) on the client stream.
 #include "proxy/respond.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -12,7 +13,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 
-asio::awaitable<bool> send_own_answer(ProxyStream& client, unsigned status, std::string_view content_type,
+Task<bool> send_own_answer(ProxyStream& client, unsigned status, std::string_view content_type,
                                       std::string body, std::optional<unsigned> retry_after_s, unsigned version,
                                       bool keep_alive, std::chrono::milliseconds timeout,
                                       const http::fields* extra_headers) {
@@ -27,11 +28,11 @@ asio::awaitable<bool> send_own_answer(ProxyStream& client, unsigned status, std:
   res.keep_alive(keep_alive);
   res.prepare_payload();
   client.expires_after(timeout);
-  auto [ec, n] = co_await http::async_write(client, res, asio::as_tuple(asio::use_awaitable));
+  auto [ec, n] = co_await http::async_write(client, res, asio::as_tuple(use_task));
   co_return !ec;
 }
 
-asio::awaitable<bool> send_problem(ProxyStream& client, const Problem& p, unsigned version, bool keep_alive,
+Task<bool> send_problem(ProxyStream& client, const Problem& p, unsigned version, bool keep_alive,
                                    std::chrono::milliseconds timeout, const http::fields* extra_headers) {
   // Named first: GCC 12 destroys temporaries inside a co_await expression twice.
   std::string body = problem_json(p);

@@ -6,6 +6,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include "proxy/stream.hpp"
+#include "ledger/executor.hpp"
 #include <boost/beast/http/fields.hpp>
 
 #include <chrono>
@@ -17,13 +18,13 @@ namespace idemgate::proxy {
 
 // Writes p as application/problem+json (with Retry-After when set and any
 // extra headers), bounded by timeout. Returns false if the write failed.
-boost::asio::awaitable<bool> send_problem(ProxyStream& client, const Problem& p, unsigned version,
+Task<bool> send_problem(ProxyStream& client, const Problem& p, unsigned version,
                                           bool keep_alive, std::chrono::milliseconds timeout,
                                           const boost::beast::http::fields* extra_headers = nullptr);
 
 // Writes a body the proxy made itself with this content type (a JSON-RPC
 // answer to an MCP client), no-store, bounded by timeout.
-boost::asio::awaitable<bool> send_own_answer(ProxyStream& client, unsigned status, std::string_view content_type,
+Task<bool> send_own_answer(ProxyStream& client, unsigned status, std::string_view content_type,
                                              std::string body, std::optional<unsigned> retry_after_s,
                                              unsigned version, bool keep_alive, std::chrono::milliseconds timeout,
                                              const boost::beast::http::fields* extra_headers = nullptr);

@@ -13,6 +13,7 @@
 #include "tls/client_context.hpp"
 #include "tls/leaf_minter.hpp"
 #include "tls/secret_file.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -72,11 +73,11 @@ std::string redacted_url(const std::string& url) {
 // dispatched; once the attempt's own lease (the dispatching process's
 // deadlines, recorded with it) has passed, it becomes unknown and the next
 // retry reconciles it. A live lease is never touched.
-asio::awaitable<void> sweep_expired_leases(ledger::Ledger& ledger, const bool& draining) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+Task<void> sweep_expired_leases(ledger::Ledger& ledger, const bool& draining) {
+  SteadyTimer timer(co_await asio::this_coro::executor);
   for (;;) {
     timer.expires_after(std::chrono::seconds(1));
-    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(use_task));
     if (ec || draining) co_return;
     auto recovered = co_await ledger.recover_expired();
     if (recovered && *recovered > 0) log_event("recovered_expired_attempts", {{"intents", *recovered}});
@@ -168,7 +169,7 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   }
 
   std::vector<std::unique_ptr<Worker>> workers;
-  std::vector<tcp::acceptor> acceptors;
+  std::vector<TcpAcceptor> acceptors;
   try {
     for (unsigned i = 0; i < threads; ++i) {
       workers.push_back(std::make_unique<Worker>(source, i, ledger->get(), reads, tls_services));
@@ -227,7 +228,7 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
   }
 
   asio::signal_set signals(main_ioc, SIGINT, SIGTERM, SIGHUP);
-  asio::steady_timer grace(main_ioc);
+  SteadyTimer grace(main_ioc);
   bool draining = false;
   std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code sec, int signo) {
     if (sec) return;

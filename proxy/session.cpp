@@ -5,12 +5,13 @@
 #include "proxy/session.hpp"
 
 #include "proxy/session_impl.hpp"
+#include "ledger/executor.hpp"
 
 namespace idemgate::proxy {
 
 namespace detail {
 
-asio::awaitable<void> Session::run() {
+Task<void> Session::run() {
   for (;;) {
     if (worker_.draining()) break;
     if (!co_await wait_for_request()) break;
@@ -20,12 +21,12 @@ asio::awaitable<void> Session::run() {
     if (served_ < 2) ++served_;
   }
   beast::error_code ignored;
-  client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  client_.socket().shutdown(TcpSocket::shutdown_send, ignored);
   if (body_unread_) co_await linger();
   client_.close();
 }
 
-asio::awaitable<bool> Session::wait_for_request() {
+Task<bool> Session::wait_for_request() {
   if (buffer_.size() != 0 || client_.is_tls()) co_return true;  // TLS may hold decrypted bytes
   std::size_t room = read_room;
   {
@@ -55,7 +56,7 @@ asio::awaitable<bool> Session::wait_for_request() {
   co_return !ec && !worker_.draining();
 }
 
-asio::awaitable<void> Session::linger() {
+Task<void> Session::linger() {
   constexpr std::size_t max_bytes = 64u * 1024 * 1024;
   auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::array<char, 16 * 1024> scratch;
@@ -111,7 +112,7 @@ bool Session::take_header(const config::Config& cfg, http::request_parser<http::
   return false;
 }
 
-asio::awaitable<Session::HeaderRead> Session::read_header(const config::Config& cfg,
+Task<Session::HeaderRead> Session::read_header(const config::Config& cfg,
                                                           http::request_parser<http::buffer_body>& parser) {
   std::size_t const header_limit = static_cast<std::size_t>(cfg.limits.header_bytes);
   bool waiting_first_byte = buffer_.size() == 0;
@@ -144,7 +145,7 @@ asio::awaitable<Session::HeaderRead> Session::read_header(const config::Config& 
   }
 }
 
-asio::awaitable<bool> Session::serve_one(const config::Config& cfg) {
+Task<bool> Session::serve_one(const config::Config& cfg) {
   http::request_parser<http::buffer_body> parser;
   UnreadBodyCheck const unread_check{body_unread_, parser};
   // A whole header is usually buffered already (wait_for_request read it):
@@ -306,7 +307,7 @@ const policy::Tool* Session::mcp_endpoint(const config::Config& cfg, const http:
   return at.tool && !at.tool->match.mcp_tool.empty() ? at.tool : nullptr;
 }
 
-asio::awaitable<void> Session::refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
+Task<void> Session::refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
                                               const boost::json::value& id, int code, unsigned version) {
   std::string answer = mcp_error_body(p, id, code);
   worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
@@ -376,7 +377,7 @@ std::optional<Target> Session::route_target(const config::Config& cfg, std::stri
   return proxy::route_target(best->prefix, best->upstream, origin);
 }
 
-asio::awaitable<void> Session::write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
+Task<void> Session::write_problem(const config::Config& cfg, const Problem& p, unsigned version) {
   worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
   co_await send_problem(client_, p, version, false, cfg.timeouts.client_header);
   if (request_log_enabled()) log_event("request", {{"status", p.status}, {"reason_code", p.reason_code}});
@@ -384,7 +385,7 @@ asio::awaitable<void> Session::write_problem(const config::Config& cfg, const Pr
 
 }  // namespace detail
 
-boost::asio::awaitable<void> serve_connection(boost::asio::ip::tcp::socket socket, Worker& worker) {
+Task<void> serve_connection(TcpSocket socket, Worker& worker) {
   detail::Session session(std::move(socket), worker);
   co_await session.run();
 }

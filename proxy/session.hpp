@@ -2,6 +2,8 @@
 // and writes answers, until the client, a deadline or a drain ends it.
 #pragma once
 
+#include "ledger/executor.hpp"
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
@@ -10,6 +12,6 @@ namespace idemgate::proxy {
 class Worker;
 
 // Serves the connection to completion. Runs on worker's io_context.
-boost::asio::awaitable<void> serve_connection(boost::asio::ip::tcp::socket socket, Worker& worker);
+Task<void> serve_connection(TcpSocket socket, Worker& worker);
 
 }  // namespace idemgate::proxy

@@ -39,6 +39,7 @@
 #include "policy/match.hpp"
 #include "policy/headers.hpp"
 #include "policy/mcp.hpp"
+#include "ledger/executor.hpp"
 
 namespace idemgate::proxy::detail {
 
@@ -48,11 +49,11 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 namespace ssl = asio::ssl;
 
-inline constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+inline constexpr auto use_tuple = asio::as_tuple(use_task);
 
 class Session final : public Drainable {
 public:
-  Session(tcp::socket socket, Worker& worker) : client_(std::move(socket)), worker_(worker) {
+  Session(TcpSocket socket, Worker& worker) : client_(std::move(socket)), worker_(worker) {
     worker_.add(this);
     worker_.stats().connections.fetch_add(1, std::memory_order_relaxed);
   }
@@ -63,7 +64,7 @@ public:
   void close_if_idle() override {
     if (idle_) {
       beast::error_code ignored;
-      client_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      client_.socket().shutdown(TcpSocket::shutdown_both, ignored);
       client_.socket().cancel(ignored);
     }
   }
@@ -75,7 +76,7 @@ public:
     client_.socket().cancel(ignored);
   }
 
-  asio::awaitable<void> run();
+  Task<void> run();
 
 private:
   enum class HeaderRead { ok, closed, problem_sent };
@@ -88,7 +89,7 @@ private:
   // holds as little as possible: no buffer, no parser, no request frame, only
   // a wait for readability. Thousands of idle agents cost kilobytes each.
   // false: the connection ended (idle timeout, drain, peer gone).
-  asio::awaitable<bool> wait_for_request();
+  Task<bool> wait_for_request();
 
   // A wait that holds buffer_, for as long as it lasts: what the sweep looks
   // for, and the idemgate_connections_idle_buffered gauge.
@@ -111,7 +112,7 @@ private:
   // the whole request body (a 413, a refusal). Closing with unread bytes
   // makes the kernel reset the connection, and a client still sending its
   // body never reads our answer. Discard what it sends, within bounds.
-  asio::awaitable<void> linger();
+  Task<void> linger();
 
   // Set when serve_one ends with a request body not (fully) read.
   struct UnreadBodyCheck {
@@ -126,9 +127,9 @@ private:
                    std::optional<Problem>& problem);
 
   // Reads one request header into parser, checking the raw bytes first.
-  asio::awaitable<HeaderRead> read_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser);
+  Task<HeaderRead> read_header(const config::Config& cfg, http::request_parser<http::buffer_body>& parser);
 
-  asio::awaitable<bool> serve_one(const config::Config& cfg);
+  Task<bool> serve_one(const config::Config& cfg);
 
   // A POST with a JSON body (or the Mcp-Method header) while some tool is an
   // MCP tool: the tool name is in the body (and, since 2026-07-28, mirrored
@@ -139,7 +140,7 @@ private:
   static const policy::Tool* mcp_endpoint(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                           const Target& target);
   // A JSON-RPC error answer (400 or 415) on a connection that then closes.
-  asio::awaitable<void> refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
+  Task<void> refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
                                        const boost::json::value& id, int code, unsigned version);
 
   // Everything about a request header that can be refused before any I/O;
@@ -157,16 +158,16 @@ private:
   // HTTP when the client's first byte is not a TLS handshake), a blind
   // tunnel, or refused (a host with tools while tls.intercept is off is
   // 403 intercept_required, never tunnelled blind past its tools).
-  asio::awaitable<bool> handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
+  Task<bool> handle_connect(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                        const Target& target);
 
-  asio::awaitable<bool> intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
+  Task<bool> intercept(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                   const Target& target);
 
   // The TLS handshake with the agent, over a leaf minted for the host.
-  asio::awaitable<bool> accept_tls(const config::Config& cfg, const Target& target);
+  Task<bool> accept_tls(const config::Config& cfg, const Target& target);
 
-  asio::awaitable<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version);
+  Task<void> write_problem(const config::Config& cfg, const Problem& p, unsigned version);
 
   ProxyStream client_;
   static constexpr std::size_t read_room = 4096;  // bytes asked of one header read

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "proxy/timed_socket.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -23,15 +24,15 @@ public:
   using executor_type = TimedSocket::executor_type;
   using TlsLayer = boost::asio::ssl::stream<TimedSocket&>;
 
-  explicit ProxyStream(boost::asio::any_io_executor ex) : tcp_(std::move(ex)) {}
-  explicit ProxyStream(boost::asio::ip::tcp::socket socket) : tcp_(std::move(socket)) {}
+  explicit ProxyStream(Executor ex) : tcp_(std::move(ex)) {}
+  explicit ProxyStream(TcpSocket socket) : tcp_(std::move(socket)) {}
   // The TLS layer refers to tcp_: the object stays where it was built.
   ProxyStream(const ProxyStream&) = delete;
   ProxyStream& operator=(const ProxyStream&) = delete;
 
   executor_type get_executor() noexcept { return tcp_.get_executor(); }
   TimedSocket& tcp() noexcept { return tcp_; }
-  boost::asio::ip::tcp::socket& socket() noexcept { return tcp_.socket(); }
+  TcpSocket& socket() noexcept { return tcp_.socket(); }
 
   bool is_tls() const noexcept { return tls_ != nullptr; }
   TlsLayer* tls() noexcept { return tls_.get(); }

@@ -1,4 +1,5 @@
 #include "proxy/timed_socket.hpp"
+#include "ledger/executor.hpp"
 
 #include <time.h>
 
@@ -16,9 +17,9 @@ Clock::time_point TimedSocket::coarse_now() noexcept {
 }
 
 TimedSocket::TimedSocket(executor_type ex)
-    : state_(std::make_shared<State>(boost::asio::ip::tcp::socket(std::move(ex)))) {}
+    : state_(std::make_shared<State>(TcpSocket(std::move(ex)))) {}
 
-TimedSocket::TimedSocket(boost::asio::ip::tcp::socket socket) : state_(std::make_shared<State>(std::move(socket))) {}
+TimedSocket::TimedSocket(TcpSocket socket) : state_(std::make_shared<State>(std::move(socket))) {}
 
 TimedSocket::~TimedSocket() { close(); }
 

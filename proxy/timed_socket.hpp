@@ -21,7 +21,8 @@
 // waiting the other way alive.
 #pragma once
 
-#include <boost/asio/any_io_executor.hpp>
+#include "ledger/executor.hpp"
+
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/connect.hpp>
@@ -44,10 +45,10 @@ using Clock = std::chrono::steady_clock;
 // Shared by the socket, its timer's handler and each pending operation's
 // handler, so that whichever ends last frees it.
 struct State {
-  explicit State(boost::asio::ip::tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+  explicit State(TcpSocket s) : socket(std::move(s)), timer(socket.get_executor()) {}
 
-  boost::asio::ip::tcp::socket socket;
-  boost::asio::steady_timer timer;
+  TcpSocket socket;
+  SteadyTimer timer;
   Clock::time_point deadline = Clock::time_point::max();
   Clock::time_point armed = Clock::time_point::max();  // the timer's expiry while it waits
   std::size_t pending = 0;                              // operations begun and not completed
@@ -73,17 +74,17 @@ struct Finish {
 
 class TimedSocket {
 public:
-  using executor_type = boost::asio::any_io_executor;
-  using lowest_layer_type = boost::asio::ip::tcp::socket;  // what asio::ssl::stream asks of its next layer
+  using executor_type = Executor;
+  using lowest_layer_type = TcpSocket;  // what asio::ssl::stream asks of its next layer
 
   explicit TimedSocket(executor_type ex);
-  explicit TimedSocket(boost::asio::ip::tcp::socket socket);
+  explicit TimedSocket(TcpSocket socket);
   ~TimedSocket();
   TimedSocket(const TimedSocket&) = delete;
   TimedSocket& operator=(const TimedSocket&) = delete;
 
   executor_type get_executor() noexcept { return state_->socket.get_executor(); }
-  boost::asio::ip::tcp::socket& socket() noexcept { return state_->socket; }
+  TcpSocket& socket() noexcept { return state_->socket; }
   lowest_layer_type& lowest_layer() noexcept { return state_->socket; }
 
   // The deadline for every operation pending now or begun later. Measured
@@ -143,7 +144,7 @@ public:
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
         [this](auto handler) {
           begin();  // past the deadline: the socket is closed and the wait fails
-          state_->socket.async_wait(boost::asio::ip::tcp::socket::wait_read, finish(std::move(handler)));
+          state_->socket.async_wait(TcpSocket::wait_read, finish(std::move(handler)));
         },
         token);
   }

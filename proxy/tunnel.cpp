@@ -5,6 +5,7 @@
 #include "proxy/log.hpp"
 #include "proxy/respond.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -22,11 +23,11 @@ using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 
 // Copies from -> to until EOF (then half-closes to) or an error (then
 // closes both, which ends the other direction too).
-asio::awaitable<std::uint64_t> pump(ProxyStream& from, ProxyStream& to, std::chrono::milliseconds idle) {
+Task<std::uint64_t> pump(ProxyStream& from, ProxyStream& to, std::chrono::milliseconds idle) {
   std::array<char, 16 * 1024> buf;
   std::uint64_t total = 0;
   for (;;) {
@@ -40,7 +41,7 @@ asio::awaitable<std::uint64_t> pump(ProxyStream& from, ProxyStream& to, std::chr
     }
     if (rec == asio::error::eof) {
       beast::error_code ignored;
-      to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      to.socket().shutdown(TcpSocket::shutdown_send, ignored);
       co_return total;
     }
     if (rec) break;
@@ -53,7 +54,7 @@ asio::awaitable<std::uint64_t> pump(ProxyStream& from, ProxyStream& to, std::chr
 
 }  // namespace
 
-asio::awaitable<void> run_tunnel(ProxyStream& client, beast::flat_buffer& client_buffer, const Target& target,
+Task<void> run_tunnel(ProxyStream& client, beast::flat_buffer& client_buffer, const Target& target,
                                  const config::Config& cfg, Worker& worker) {
   auto const start = std::chrono::steady_clock::now();
   auto outcome = co_await connect_upstream(target, cfg, worker, true);

@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include "proxy/stream.hpp"
+#include "ledger/executor.hpp"
 
 namespace idemgate::proxy {
 
@@ -14,7 +15,7 @@ class Worker;
 
 // Connects, answers 200, then copies bytes both ways until both sides have
 // finished or the idle deadline passes. The client connection ends with it.
-boost::asio::awaitable<void> run_tunnel(ProxyStream& client, boost::beast::flat_buffer& client_buffer,
+Task<void> run_tunnel(ProxyStream& client, boost::beast::flat_buffer& client_buffer,
                                         const Target& target, const config::Config& cfg, Worker& worker);
 
 }  // namespace idemgate::proxy

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "proxy/stream.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -17,7 +18,7 @@
 namespace idemgate::proxy {
 
 struct UpstreamConnection {
-  explicit UpstreamConnection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
+  explicit UpstreamConnection(Executor ex) : stream(std::move(ex)) {}
 
   ProxyStream stream;  // TLS for https:// upstreams
   boost::beast::flat_buffer buffer;

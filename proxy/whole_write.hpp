@@ -3,6 +3,7 @@
 #pragma once
 
 #include "proxy/stream.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -37,7 +38,7 @@ struct WholeWrite {
 
   auto write_rest(ProxyStream& out, std::chrono::milliseconds idle) {
     out.expires_after(idle);
-    return boost::asio::async_write(out, rest, boost::asio::as_tuple(boost::asio::use_awaitable));
+    return boost::asio::async_write(out, rest, boost::asio::as_tuple(use_task));
   }
 
   boost::system::error_code ec;

@@ -8,6 +8,7 @@
 #include "proxy/decision_stats.hpp"
 #include "proxy/read_tracker.hpp"
 #include "proxy/upstream_pool.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -138,9 +139,9 @@ private:
   ReadTracker& reads_;
   const TlsServices& tls_;
   bool draining_ = false;
-  boost::asio::steady_timer sweep_{ioc_};
+  SteadyTimer sweep_{ioc_};
   bool sweep_armed_ = false;
-  boost::asio::steady_timer pool_sweep_{ioc_};
+  SteadyTimer pool_sweep_{ioc_};
   bool pool_sweep_armed_ = false;
 };
 

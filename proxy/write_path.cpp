@@ -18,6 +18,7 @@
 #include "proxy/query_reconcile.hpp"
 #include "proxy/read_tracker.hpp"
 #include "proxy/worker.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -33,7 +34,7 @@ using SysClock = std::chrono::system_clock;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(use_task);
 // A request that turns this often without an answer is answered anyway (a
 // guard against a loop bug; reconcile.inline ends every real wait first).
 constexpr int kMaxTurns = 256;
@@ -78,7 +79,7 @@ class WritePath {
  public:
   explicit WritePath(Call& call) : c_(call) {}
 
-  asio::awaitable<ForwardResult> run() {
+  Task<ForwardResult> run() {
     in_.missing_required = c_.missing;
     in_.agent_key.present = !c_.agent_key.empty();
     in_.now = SysClock::now();
@@ -133,7 +134,7 @@ class WritePath {
   // The run's charge, the reservation and, when a new intent would be
   // dispatched at once, its first attempt: one ledger call, one durable
   // commit (shared with the other requests of its batch) before dispatch.
-  asio::awaitable<bool> reserve() {
+  Task<bool> reserve() {
     use_agent_key_ = c_.tool.idempotency.mode != policy::KeyMode::inject && !c_.agent_key.empty();
     std::optional<policy::Verdict> fresh_verdict;
     // Built afresh for each try (a busy ledger wrote nothing of the last).
@@ -187,12 +188,12 @@ class WritePath {
   }
 
   // The intent as the ledger holds it now (waiting out a full queue).
-  asio::awaitable<ledger::Result<ledger::Intent>> reread_intent() {
+  Task<ledger::Result<ledger::Intent>> reread_intent() {
     auto const id = c_.intent->id;
     co_return co_await with_ledger_room([&] { return c_.ledger.find_intent(id); });
   }
 
-  asio::awaitable<std::optional<bool>> approved(std::int64_t intent_id) {
+  Task<std::optional<bool>> approved(std::int64_t intent_id) {
     std::optional<ledger::EscalationState> state = ledger::EscalationState::approved;
     auto list = co_await with_ledger_room([&] { return c_.ledger.list_escalations(state, 1000); });
     if (!list) co_return std::nullopt;
@@ -231,7 +232,7 @@ class WritePath {
   // ledger (it is recorded after the answer went out): a settled answer is
   // seen at once; a retryable one is waited for until it is durable (the
   // next attempt's compare-and-set needs it there). false: the ledger failed.
-  asio::awaitable<bool> see_pending_outcome() {
+  Task<bool> see_pending_outcome() {
     if (!c_.intent || c_.intent->state != ledger::IntentState::dispatched) co_return true;
     auto pending = pending_outcome(c_.ledger, c_.intent->id, c_.intent->attempts);
     if (!pending) {
@@ -256,7 +257,7 @@ class WritePath {
   }
 
   // nullopt: the ledger failed.
-  asio::awaitable<std::optional<policy::Verdict>> gather_and_decide() {
+  Task<std::optional<policy::Verdict>> gather_and_decide() {
     if (!co_await see_pending_outcome()) co_return std::nullopt;
     prepare(in_);
     in_.query = query_;
@@ -282,10 +283,10 @@ class WritePath {
 
   // Waits until the verdict's time, then reads the intent and the run again
   // (the run may have been killed or frozen meanwhile).
-  asio::awaitable<bool> hold(const policy::Verdict& v) {
+  Task<bool> hold(const policy::Verdict& v) {
     auto const wait = std::chrono::duration_cast<std::chrono::milliseconds>(*v.hold_until - SysClock::now());
     if (wait.count() > 0) {
-      asio::steady_timer timer(co_await asio::this_coro::executor, wait);
+      SteadyTimer timer(co_await asio::this_coro::executor, wait);
       co_await timer.async_wait(use_tuple);
     }
     if (c_.intent && c_.intent->state == ledger::IntentState::retryable && !reconciled_) c_.decision = "held";
@@ -304,7 +305,7 @@ class WritePath {
 
   // ---- reconcile by query ------------------------------------------------
 
-  asio::awaitable<bool> look_up() {
+  Task<bool> look_up() {
     mark_reconciling();
     auto result = co_await ask_provider(c_);
     ++rounds_;
@@ -331,7 +332,7 @@ class WritePath {
   // ---- attempt -----------------------------------------------------------
 
   // true: started; false: the intent moved (decide again); nullopt: ledger failed.
-  asio::awaitable<std::optional<bool>> begin_attempt() {
+  Task<std::optional<bool>> begin_attempt() {
     ledger::AttemptRequest r{c_.intent->id, c_.intent->state, c_.intent->attempts, c_.tool.retry.bound + 1,
                              attempt_lease(c_.cfg)};
     auto start = co_await with_ledger_room([&] { return c_.ledger.begin_attempt(r); });
@@ -352,7 +353,7 @@ class WritePath {
   // Sends the attempt begun and records what came back. An answer to give
   // the agent, or nullopt when the outcome is still unknown (or a re-send
   // while reconciling was told "not now") and the loop goes on.
-  asio::awaitable<std::optional<ForwardResult>> send_and_record(const policy::Verdict& verdict) {
+  Task<std::optional<ForwardResult>> send_and_record(const policy::Verdict& verdict) {
     bool const reconciling = from_unknown_ || reconciled_ || verdict.kind == VerdictKind::reconcile;
     if (reconciling) mark_reconciling();
     Sent s = co_await send_upstream(c_, c_.intent->key);
@@ -467,7 +468,7 @@ class WritePath {
 
 }  // namespace
 
-asio::awaitable<ForwardResult> run_write_path(Call& call) {
+Task<ForwardResult> run_write_path(Call& call) {
   WritePath path(call);
   co_return co_await path.run();
 }

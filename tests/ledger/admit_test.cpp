@@ -8,9 +8,12 @@
 #include "backend.hpp"
 
 #include "ledger/open_store.hpp"
+#include "ledger/executor.hpp"
 
 #include <chrono>
 #include <set>
+
+using idemgate::Task;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -24,7 +27,7 @@ struct Admitted {
   std::optional<Result<Intent>> outcome;
 };
 
-boost::asio::awaitable<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest request) {
+Task<Admitted> admit_and_settle(Ledger& ledger, AdmitRequest request) {
   Admitted out;
   RequestSnapshot snapshot;
   out.admission = co_await unboxed(ledger.admit(std::move(request), std::move(snapshot)));
@@ -101,7 +104,7 @@ LEDGER_CONFORMANCE(admit_budget, "admit: no attempt begins past the run's budget
 LEDGER_CONFORMANCE(admit_concurrent,
                    "admit: 64 concurrent guarded writes plus 16 racing on one fingerprint share few commits") {
   auto ledger = open_ledger(backend);
-  std::vector<boost::asio::awaitable<Admitted>> ops;
+  std::vector<Task<Admitted>> ops;
   for (int i = 0; i < 80; ++i) {
     bool shared = i % 5 == 0;
     ops.push_back(admit_and_settle(*ledger, admit_request(shared ? "shared" : "own-" + std::to_string(i),
@@ -313,7 +316,7 @@ LEDGER_CONFORMANCE(attempts_have_intents,
   auto lone = run(admit_and_settle(*ledger, admit_request("o-1", "k-1")));
   REQUIRE(lone.admission.has_value());
   REQUIRE(lone.admission->start.has_value());
-  std::vector<boost::asio::awaitable<Admitted>> together;
+  std::vector<Task<Admitted>> together;
   for (int i = 2; i <= 6; ++i)
     together.push_back(admit_and_settle(*ledger, admit_request("o-" + std::to_string(i), "k-" + std::to_string(i))));
   for (auto& a : run_all(std::move(together), 3)) {

@@ -3,9 +3,12 @@
 // PostgreSQL does not send back are rebuilt from their requests) and from
 // the Ledger's batched reservations and admissions.
 #include "backend.hpp"
+#include "ledger/executor.hpp"
 
 #include <map>
 #include <span>
+
+using idemgate::Task;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -104,13 +107,13 @@ LEDGER_CONFORMANCE(reserved_as_stored, "a batch's reservations and admissions re
   auto ledger = open_ledger(backend);
   // Concurrent callers, so that the workers batch them: plain reservations,
   // and admissions whose first attempt begins with the reservation.
-  std::vector<boost::asio::awaitable<Result<Reservation>>> reservations;
+  std::vector<Task<Result<Reservation>>> reservations;
   for (int i = 0; i < 24; ++i)
     reservations.push_back(ledger->reserve_intent(reserve_request("as-r-" + std::to_string(i), "kr-" + std::to_string(i)),
                                                   RequestSnapshot{"POST", "/r", {{"Content-Type", "application/json"}},
                                                                   R"({"n":)" + std::to_string(i) + "}"}));
   auto reserved = run_all(std::move(reservations), 8);
-  std::vector<boost::asio::awaitable<Result<Admission>>> admissions;
+  std::vector<Task<Result<Admission>>> admissions;
   for (int i = 0; i < 24; ++i)
     admissions.push_back(unboxed(ledger->admit(admit_request("as-a-" + std::to_string(i), "ka-" + std::to_string(i)),
                                        RequestSnapshot{"POST", "/a", {}, "plain " + std::to_string(i)})));

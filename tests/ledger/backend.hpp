@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ledger/ledger.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -36,7 +37,7 @@ std::unique_ptr<Backend> sqlite_backend();
 std::unique_ptr<Backend> postgresql_backend();
 
 // Ledger::admit's answer out of its box.
-inline boost::asio::awaitable<Result<Admission>> unboxed(boost::asio::awaitable<Boxed<Admission>> boxed) {
+inline Task<Result<Admission>> unboxed(Task<Boxed<Admission>> boxed) {
   auto result = co_await std::move(boxed);
   co_return std::move(*result);
 }
@@ -54,7 +55,7 @@ AttemptRequest attempt_now(Store& store, std::int64_t intent_id, int max_attempt
 
 // Runs one awaitable to completion on its own io_context.
 template <class T>
-T run(boost::asio::awaitable<T> operation) {
+T run(Task<T> operation) {
   boost::asio::io_context io;
   auto result = boost::asio::co_spawn(io, std::move(operation), boost::asio::use_future);
   io.run();
@@ -64,7 +65,7 @@ T run(boost::asio::awaitable<T> operation) {
 // Runs the awaitables concurrently on one io_context served by `threads`
 // threads; results in the order given.
 template <class T>
-std::vector<T> run_all(std::vector<boost::asio::awaitable<T>> operations, int threads = 2) {
+std::vector<T> run_all(std::vector<Task<T>> operations, int threads = 2) {
   boost::asio::io_context io;
   std::vector<std::future<T>> futures;
   for (auto& op : operations)

@@ -6,9 +6,12 @@
 #include "backend.hpp"
 
 #include "ledger/open_store.hpp"
+#include "ledger/executor.hpp"
 
 #include <chrono>
 #include <set>
+
+using idemgate::Task;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -189,7 +192,7 @@ struct Flow {
 };
 
 // One guarded write as the proxy makes it, each call awaited before the next.
-boost::asio::awaitable<Flow> guarded_write(Ledger& ledger, std::string fp, std::string key) {
+Task<Flow> guarded_write(Ledger& ledger, std::string fp, std::string key) {
   Flow flow;
   std::string run = "run-1";
   flow.charge = co_await ledger.count_call(run, 100000, CallKind::write);
@@ -220,7 +223,7 @@ struct Tally {
 };
 
 Tally run_flows(Ledger& ledger, int own, int shared, const std::string& tag) {
-  std::vector<boost::asio::awaitable<Flow>> ops;
+  std::vector<Task<Flow>> ops;
   for (int i = 0; i < own + shared; ++i) {
     bool mine = !is_shared(i, own + shared, shared);
     ops.push_back(guarded_write(ledger, mine ? tag + "-fp-" + std::to_string(i) : tag + "-shared",

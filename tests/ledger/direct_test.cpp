@@ -6,6 +6,7 @@
 #include "backend.hpp"
 
 #include "ledger/pg_direct.hpp"
+#include "ledger/executor.hpp"
 
 #include <libpq-fe.h>
 
@@ -14,6 +15,8 @@
 #include <future>
 
 #include <signal.h>
+
+using idemgate::Task;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -26,7 +29,7 @@ AdmitRequest admit_request(const std::string& fp, std::int64_t budget = 100, con
 }
 
 Result<Admission> admit(Ledger& ledger, AdmitRequest request) {
-  auto call = [&]() -> boost::asio::awaitable<Result<Admission>> {
+  auto call = [&]() -> Task<Result<Admission>> {
     RequestSnapshot snapshot;
     snapshot.method = "POST";
     snapshot.target = "/v1/charges";

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backend.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
@@ -181,7 +182,7 @@ struct Loop {
     thread.join();
   }
   template <class T>
-  std::future<T> spawn(boost::asio::awaitable<T> op) {
+  std::future<T> spawn(Task<T> op) {
     return boost::asio::co_spawn(io, std::move(op), boost::asio::use_future);
   }
 };

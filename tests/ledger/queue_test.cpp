@@ -4,10 +4,15 @@
 // order, a batch that fails fails every call in it, one worker at a time
 // writes, and an admission is one transaction in three steps.
 #include "gated_ledger.hpp"
+#include "ledger/executor.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+using idemgate::Task;
+using idemgate::use_task;
+using idemgate::SteadyTimer;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -266,18 +271,18 @@ namespace {
 class HeldDirect final : public DirectAdmit {
  public:
   bool takes(const AdmitRequest&) const override { return true; }
-  boost::asio::awaitable<std::optional<Result<AdmitFirst>>> send(const AdmitRequest&, bool spin) override {
+  Task<std::optional<Result<AdmitFirst>>> send(const AdmitRequest&, bool spin) override {
     std::size_t number = 0;
     {
       std::lock_guard lock(mutex_);
       spins_.push_back(spin);
       number = spins_.size();
     }
-    boost::asio::steady_timer wait(co_await boost::asio::this_coro::executor);
+    SteadyTimer wait(co_await boost::asio::this_coro::executor);
     auto const until = std::chrono::steady_clock::now() + deadline;
     while (ended() < number && std::chrono::steady_clock::now() < until) {
       wait.expires_after(1ms);
-      co_await wait.async_wait(boost::asio::use_awaitable);
+      co_await wait.async_wait(use_task);
     }
     co_return Result<AdmitFirst>(boost::system::error_code(errc::busy));
   }

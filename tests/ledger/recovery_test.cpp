@@ -7,12 +7,15 @@
 #include "backend.hpp"
 
 #include "ledger/open_store.hpp"
+#include "ledger/executor.hpp"
 
 #include <csignal>
 #include <cstdlib>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
+
+using idemgate::Task;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -137,7 +140,7 @@ TEST_CASE("postgresql-serial: PostgreSQL restarted and stopped under a live Ledg
     auto until = std::chrono::steady_clock::now() + 60s;
     while (consecutive_ok < 16) {
       REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, "the pool did not recover");
-      std::vector<boost::asio::awaitable<Result<Intent>>> ops;
+      std::vector<Task<Result<Intent>>> ops;
       for (int i = 0; i < 8; ++i) ops.push_back(ledger->find_intent(id));
       for (const auto& r : run_all(std::move(ops), 2)) {
         if (r.has_value()) {

@@ -4,8 +4,11 @@
 #include "backend.hpp"
 
 #include "ledger/open_store.hpp"
+#include "ledger/executor.hpp"
 
 #include <set>
+
+using idemgate::Task;
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -14,7 +17,7 @@ namespace {
 
 std::vector<Result<Reservation>> race(std::vector<Ledger*> ledgers, int callers,
                                       const std::string& fingerprint) {
-  std::vector<boost::asio::awaitable<Result<Reservation>>> ops;
+  std::vector<Task<Result<Reservation>>> ops;
   for (int i = 0; i < callers; ++i)
     ops.push_back(ledgers[i % ledgers.size()]->reserve_intent(
         reserve_request(fingerprint, "key-" + std::to_string(i)), {}));
@@ -58,7 +61,7 @@ LEDGER_CONFORMANCE(two_replicas, "two Ledgers on one database racing: one winner
 
   // And the attempt compare-and-set across both: one dispatch.
   auto id = results.front()->intent.id;
-  std::vector<boost::asio::awaitable<Result<AttemptStart>>> ops;
+  std::vector<Task<Result<AttemptStart>>> ops;
   for (int i = 0; i < 32; ++i) ops.push_back((i % 2 ? a : b)->begin_attempt(AttemptRequest{id, IntentState::reserved, 0, 3, std::chrono::minutes(1)}));
   int started = 0;
   for (const auto& r : run_all(std::move(ops), 4)) {
@@ -77,7 +80,7 @@ LEDGER_CONFORMANCE(two_replicas, "two Ledgers on one database racing: one winner
 
 LEDGER_CONFORMANCE(many_fingerprints, "concurrent reservations of distinct fingerprints all win") {
   auto ledger = open_ledger(backend);
-  std::vector<boost::asio::awaitable<Result<Reservation>>> ops;
+  std::vector<Task<Result<Reservation>>> ops;
   for (int i = 0; i < 200; ++i)
     ops.push_back(ledger->reserve_intent(
         reserve_request("fp-" + std::to_string(i), "k-" + std::to_string(i)), {}));

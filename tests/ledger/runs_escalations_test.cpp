@@ -2,6 +2,9 @@
 // resolve, and what resolving does to the intent).
 #include "backend.hpp"
 
+using idemgate::Task;
+#include "ledger/executor.hpp"
+
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
 
@@ -19,7 +22,7 @@ LEDGER_CONFORMANCE(run_budget, "calls are counted against the run's budget") {
   CHECK(over->calls == 2);
 
   // Concurrent charges never overspend.
-  std::vector<boost::asio::awaitable<Result<RunCharge>>> ops;
+  std::vector<Task<Result<RunCharge>>> ops;
   for (int i = 0; i < 40; ++i) ops.push_back(ledger->count_call("run-c", 25, CallKind::write));
   int counted = 0;
   for (const auto& r : run_all(std::move(ops), 4)) {

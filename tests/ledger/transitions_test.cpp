@@ -2,6 +2,9 @@
 // illegal ones come back as errc::illegal_transition and change nothing.
 #include "backend.hpp"
 
+using idemgate::Task;
+#include "ledger/executor.hpp"
+
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
 
@@ -157,7 +160,7 @@ LEDGER_CONFORMANCE(refused_before_dispatch, "refused before dispatch: denied and
 LEDGER_CONFORMANCE(from_a_coroutine, "the decision flow awaited from inside a coroutine") {
   auto ledger = open_ledger(backend);
   // What the enforcement layer does per request, on a network thread.
-  auto flow = [&]() -> boost::asio::awaitable<IntentState> {
+  auto flow = [&]() -> Task<IntentState> {
     auto request = reserve_request("fp-coro", "key-coro");
     RequestSnapshot snapshot{"POST", "/v1/charges", {{"Content-Type", "application/json"}},
                              R"({"amount":1})"};

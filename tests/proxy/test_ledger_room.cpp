@@ -3,6 +3,7 @@
 #include "proxy/ledger_room.hpp"
 
 #include "ledger/ledger.hpp"
+#include "ledger/executor.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,6 +14,8 @@
 #include <chrono>
 #include <optional>
 #include <vector>
+
+using idemgate::Task;
 
 namespace asio = boost::asio;
 using idemgate::ledger::errc;
@@ -36,7 +39,7 @@ Tried try_with(std::vector<Result<int>> answers) {
   auto const start = std::chrono::steady_clock::now();
   asio::co_spawn(
       ioc,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> Task<void> {
         t.result = co_await with_ledger_room([&]() -> idemgate::ledger::Awaitable<int> {
           auto const i = static_cast<std::size_t>(t.calls++);
           co_return answers[std::min(i, answers.size() - 1)];

@@ -7,6 +7,7 @@
 
 #include "ledger/ledger.hpp"
 #include "proxy/log.hpp"
+#include "ledger/executor.hpp"
 
 #include <doctest/doctest.h>
 
@@ -33,6 +34,10 @@
 #include <random>
 #include <string>
 #include <vector>
+
+using idemgate::Task;
+using idemgate::use_task;
+using idemgate::SteadyTimer;
 
 namespace asio = boost::asio;
 namespace ledger = idemgate::ledger;
@@ -164,7 +169,7 @@ ledger::AdmitRequest charge_admission(const std::string& fp, const std::string& 
 }
 
 // Admits a charge (charge_admission) with a small snapshot: its intent's id.
-asio::awaitable<std::int64_t> admit_charge(ledger::Ledger& l, const std::string& fp, const std::string& key) {
+Task<std::int64_t> admit_charge(ledger::Ledger& l, const std::string& fp, const std::string& key) {
   // Each on its own line: GCC 12 and temporaries beside a co_await.
   auto request = charge_admission(fp, key);
   ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges", {}, "{}"};
@@ -181,7 +186,7 @@ TEST_CASE("record_after_answer: the caller's view is light, the pending entry wh
   SqliteLedger file;
   auto& l = *file.opened;
 
-  run([&]() -> asio::awaitable<void> {
+  run([&]() -> Task<void> {
     auto a = charge_admission("fp-1", "key-1");
     ledger::RequestSnapshot snap{"POST", "https://api.example.test/v1/charges",
                                  {{"Content-Type", "application/json"}}, R"({"amount":100})"};
@@ -242,12 +247,12 @@ namespace {
 
 // Waits (up to 10 s, polling every millisecond) until `ready()`.
 template <class Ready>
-asio::awaitable<bool> eventually(Ready ready) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+Task<bool> eventually(Ready ready) {
+  SteadyTimer timer(co_await asio::this_coro::executor);
   for (auto const end = std::chrono::steady_clock::now() + 10s; !ready();) {
     if (std::chrono::steady_clock::now() > end) co_return false;
     timer.expires_after(1ms);
-    co_await timer.async_wait(asio::use_awaitable);
+    co_await timer.async_wait(use_task);
   }
   co_return true;
 }
@@ -268,7 +273,7 @@ ledger::Intent dispatched_intent(std::int64_t id);
 
 // Hands attempt 1 of intent `id` (completed, with its answer) to the
 // background record, to be tried for `within`.
-asio::awaitable<void> hand_over(ledger::Ledger& l, std::int64_t id, std::chrono::milliseconds within) {
+Task<void> hand_over(ledger::Ledger& l, std::int64_t id, std::chrono::milliseconds within) {
   auto executor = co_await asio::this_coro::executor;  // alone: GCC 12 and temporaries beside a co_await
   auto const until = std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + within);
   idemgate::proxy::record_after_answer(executor, l, completed_outcome(id), until, dispatched_intent(id));
@@ -291,7 +296,7 @@ TEST_CASE("record_after_answer: a record the ledger refuses is tried again until
   auto& l = *file.opened;
   auto const pending_before = idemgate::proxy::pending_records();
 
-  run([&]() -> asio::awaitable<void> {
+  run([&]() -> Task<void> {
     // The outcome of intent 1 comes before intent 1 exists: the ledger
     // answers not_found, and the record backs off (100 ms) and tries again.
     auto const errors = l.stats().errors.load();
@@ -315,7 +320,7 @@ TEST_CASE("record_after_answer: a record the ledger refuses is tried again until
 }
 
 TEST_CASE_FIXTURE(Recording, "record_after_answer: a record that cannot land is given up when its time is out") {
-  run([&]() -> asio::awaitable<void> {
+  run([&]() -> Task<void> {
     // No intent 7 ever: tried at once, then after waits of 100, 200, 400 ms;
     // the first try to fail after its second is out is the last: given up
     // (the lease then turns it unknown). A second leaves room for two tries
@@ -342,7 +347,7 @@ TEST_CASE_FIXTURE(Recording, "record_after_answer: a record that cannot land is 
 }
 
 TEST_CASE_FIXTURE(Recording, "record_outcome: three tries on the request path, then the background's from the fourth, logged") {
-  run([&]() -> asio::awaitable<void> {
+  run([&]() -> Task<void> {
     // Intent 1 does not exist yet: every try is refused (not_found).
     auto const errors = l.stats().errors.load();
     auto const until = std::chrono::time_point_cast<ledger::Millis>(ledger::Clock::now() + 10s);
@@ -386,7 +391,7 @@ TEST_CASE_FIXTURE(Recording, "record_outcome: three tries on the request path, t
 TEST_CASE_FIXTURE(Recording, "record_after_answer: past the bound, the newest record is dropped, logged, and shown to no retry") {
   REQUIRE(pending_before < idemgate::proxy::kMaxPendingRecords);
 
-  run([&]() -> asio::awaitable<void> {
+  run([&]() -> Task<void> {
     // Records that cannot land (no such intents), each tried for 300 ms.
     // Nothing completes while this loop runs (it never suspends), so the
     // count only grows.
@@ -411,11 +416,11 @@ TEST_CASE_FIXTURE(Recording, "record_after_answer: past the bound, the newest re
     }
 
     // Then every one is given up in its time, and the count comes back.
-    asio::steady_timer timer(co_await asio::this_coro::executor);
+    SteadyTimer timer(co_await asio::this_coro::executor);
     for (auto const end = std::chrono::steady_clock::now() + 60s;
          idemgate::proxy::pending_records() != pending_before && std::chrono::steady_clock::now() < end;) {
       timer.expires_after(5ms);
-      co_await timer.async_wait(asio::use_awaitable);
+      co_await timer.async_wait(use_task);
     }
     CHECK(idemgate::proxy::pending_records() == pending_before);
     CHECK_FALSE(idemgate::proxy::pending_outcome(l, 1000, 1).has_value());

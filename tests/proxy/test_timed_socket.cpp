@@ -4,6 +4,7 @@
 // waits does not; a socket destroyed with operations pending frees everything
 // (ASan checks that).
 #include "proxy/timed_socket.hpp"
+#include "ledger/executor.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,6 +19,10 @@
 #include <chrono>
 #include <optional>
 #include <vector>
+
+using idemgate::TcpSocket;
+using idemgate::TcpAcceptor;
+using idemgate::SteadyTimer;
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -40,10 +45,10 @@ void run_until(asio::io_context& ioc, Done done) {
 struct Pair {
   asio::io_context ioc;
   TimedSocket ours{ioc.get_executor()};
-  tcp::socket peer{ioc};
+  TcpSocket peer{ioc};
 
   Pair() {
-    tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    TcpAcceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
     ours.socket().connect(acceptor.local_endpoint());
     acceptor.accept(peer);
   }
@@ -54,7 +59,7 @@ struct Pair {
   }
 
   // The peer writes one byte after `after` (the stimulus of the test).
-  void peer_writes_after(std::chrono::milliseconds after, asio::steady_timer& t) {
+  void peer_writes_after(std::chrono::milliseconds after, SteadyTimer& t) {
     t.expires_after(after);
     t.async_wait([this](boost::system::error_code) { asio::write(peer, asio::buffer("x", 1)); });
   }
@@ -109,7 +114,7 @@ TEST_CASE("timed socket: a deadline moved later while the timer waits does not t
   Pair p;
   std::array<char, 16> buf{};
   Result r;
-  asio::steady_timer stimulus(p.ioc);
+  SteadyTimer stimulus(p.ioc);
   p.ours.expires_after(20ms);  // the timer is armed for 20 ms when the read begins
   read_into(p.ours, buf, r);
   p.ours.expires_after(30s);   // it wakes at 20 ms, finds the deadline later and waits again
@@ -123,7 +128,7 @@ TEST_CASE("timed socket: a deadline cleared while the timer waits does not time 
   Pair p;
   std::array<char, 16> buf{};
   Result r;
-  asio::steady_timer stimulus(p.ioc);
+  SteadyTimer stimulus(p.ioc);
   p.ours.expires_after(20ms);
   read_into(p.ours, buf, r);
   p.ours.expires_never();
@@ -151,7 +156,7 @@ TEST_CASE("timed socket: an operation begun after its deadline passed times out"
   std::array<char, 16> buf{};
   Result r;
   p.ours.expires_after(1ms);
-  asio::steady_timer later(p.ioc, 30ms);
+  SteadyTimer later(p.ioc, 30ms);
   bool began = false;
   later.async_wait([&](boost::system::error_code) {
     began = true;
@@ -190,8 +195,8 @@ TEST_CASE("timed socket: reads and a write pending together all time out") {
 
 TEST_CASE("timed socket: destroyed with a read and its timer pending, it completes the read as aborted") {
   asio::io_context ioc;
-  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  tcp::socket peer(ioc);
+  TcpAcceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  TcpSocket peer(ioc);
   std::array<char, 16> buf{};
   Result r;
   {
@@ -214,7 +219,7 @@ TEST_CASE("timed socket: destroyed with a read and its timer pending, it complet
 
 TEST_CASE("timed socket: connect to a listening port completes within the deadline") {
   asio::io_context ioc;
-  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  TcpAcceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   TimedSocket ours(ioc.get_executor());
   std::optional<boost::system::error_code> ec;
   tcp::endpoint got;
@@ -259,12 +264,12 @@ TEST_CASE("timed socket: waiting for readability times out, and a cancel (drain)
 
 TEST_CASE("timed socket: a connect begun after its deadline fails, and does not connect") {
   asio::io_context ioc;
-  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  TcpAcceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   TimedSocket ours(ioc.get_executor());
   std::optional<boost::system::error_code> ec;
   std::vector<tcp::endpoint> endpoints{acceptor.local_endpoint()};
   ours.expires_after(1ms);
-  asio::steady_timer later(ioc, 30ms);
+  SteadyTimer later(ioc, 30ms);
   later.async_wait([&](boost::system::error_code) {
     ours.async_connect(endpoints, [&](boost::system::error_code e, tcp::endpoint) { ec = e; });
   });

@@ -3,6 +3,7 @@
 // whether a request may have reached the provider ("nothing written on a
 // fresh connection: the request never left").
 #include "proxy/whole_write.hpp"
+#include "ledger/executor.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,6 +17,10 @@
 #include <thread>
 #include <string>
 
+using idemgate::Task;
+using idemgate::TcpSocket;
+using idemgate::TcpAcceptor;
+
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using idemgate::proxy::ProxyStream;
@@ -27,14 +32,14 @@ namespace {
 // Our end as the proxy holds it (a ProxyStream) and the peer's socket.
 struct Pair {
   asio::io_context ioc;
-  tcp::socket peer{ioc};
+  TcpSocket peer{ioc};
   std::optional<ProxyStream> ours;
 
   // small: buffers of a few KiB on both sides, set before the connection
   // exists (a receive buffer shrunk later stalls the sender on loopback).
   explicit Pair(bool small = false) {
-    tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    tcp::socket s(ioc);
+    TcpAcceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    TcpSocket s(ioc);
     s.open(tcp::v4());
     if (small) {
       acceptor.set_option(asio::socket_base::receive_buffer_size(4096));
@@ -81,7 +86,7 @@ TEST_CASE("WholeWrite: more than the socket takes: the rest is awaited and the c
   boost::system::error_code rest_ec;
   asio::co_spawn(
       p.ioc,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> Task<void> {
         auto [ec, n] = co_await w.write_rest(*p.ours, 10s);
         rest_ec = ec;
         rest = n;
