@@ -89,7 +89,7 @@ Task<void> AdminListener::serve(TcpSocket socket) {
     if (wec || !res.keep_alive()) break;
   }
   boost::system::error_code ignored;
-  stream.socket().shutdown(TcpSocket::shutdown_send, ignored);
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
 }  // namespace idemgate::proxy

@@ -1,9 +1,9 @@
 // Runs (budget, freeze, kill) and the escalation queue (persist, list,
 // resolve, and what resolving does to the intent).
 #include "backend.hpp"
+#include "ledger/executor.hpp"
 
 using idemgate::Task;
-#include "ledger/executor.hpp"
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;

@@ -1,9 +1,9 @@
 // The intent state machine as the SQL enforces it: legal moves succeed,
 // illegal ones come back as errc::illegal_transition and change nothing.
 #include "backend.hpp"
+#include "ledger/executor.hpp"
 
 using idemgate::Task;
-#include "ledger/executor.hpp"
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
