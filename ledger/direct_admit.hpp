@@ -9,8 +9,6 @@
 #include "ledger/types.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <optional>
 
 namespace idemgate::ledger {

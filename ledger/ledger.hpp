@@ -61,8 +61,6 @@
 #include "ledger/types.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <atomic>
 #include <condition_variable>
 #include <deque>

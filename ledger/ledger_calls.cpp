@@ -8,7 +8,6 @@
 #include "ledger/executor.hpp"
 
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 namespace idemgate::ledger {
 

@@ -18,7 +18,6 @@
 
 #include <cassert>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -109,9 +108,9 @@ class ArrayParam {
 
   explicit ArrayParam(Of element) : element_(element) { data_.resize(header_size); }
 
-  // A text element, or a bytea's bytes.
+  // A text element.
   ArrayParam& text(std::string_view value) {
-    assert(element_ == Of::text || element_ == Of::bytea);
+    assert(element_ == Of::text);
     put(value);
     return *this;
   }

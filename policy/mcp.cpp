@@ -4,7 +4,6 @@
 #include "policy/fingerprint.hpp"
 #include "policy/json_parse.hpp"
 
-#include <boost/json/parse.hpp>
 
 namespace idemgate::policy {
 

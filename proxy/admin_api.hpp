@@ -9,7 +9,6 @@
 #include "proxy/metrics.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 

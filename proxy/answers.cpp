@@ -15,7 +15,6 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
 

@@ -10,8 +10,6 @@
 #include "proxy/forward.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <string_view>
 
 namespace idemgate::proxy {

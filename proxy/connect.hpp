@@ -9,8 +9,6 @@
 #include "proxy/upstream_pool.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <memory>
 #include <optional>
 

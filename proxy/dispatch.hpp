@@ -6,8 +6,6 @@
 #include "proxy/exchange.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <chrono>
 #include <string_view>
 

@@ -23,8 +23,6 @@
 #include "proxy/worker.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <atomic>
 #include <chrono>
 

@@ -16,7 +16,6 @@
 #include "proxy/upstream_pool.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 

@@ -6,14 +6,14 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "ledger/executor.hpp"
+#include "policy/mcp.hpp"
 #include "policy/tool.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/http_rules.hpp"
-
-#include <boost/asio/awaitable.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include "proxy/stream.hpp"
-#include "ledger/executor.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
@@ -25,11 +25,14 @@ namespace idemgate::proxy {
 class Worker;
 
 // body: the request body when the caller already read it (to match an MCP
-// tool name); otherwise it is read here, up to limits.inspect_body.
+// tool name); otherwise it is read here, up to limits.inspect_body. mcp: what
+// the caller read of that body as an MCP message, when it did (an MCP tool
+// matches only so); otherwise an MCP tool's call is read here.
 Task<ForwardResult> guard_request(
     ProxyStream& client, boost::beast::flat_buffer& client_buffer,
     boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser, const Target& target,
-    const policy::Tool& tool, const config::Config& cfg, Worker& worker, std::optional<std::string> body);
+    const policy::Tool& tool, const config::Config& cfg, Worker& worker, std::optional<std::string> body,
+    std::optional<policy::McpRequest> mcp);
 
 // Reads a whole request body into memory, up to limit bytes. Sends
 // "100 Continue" first when the client asked for it. nullopt: over the limit

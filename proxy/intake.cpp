@@ -20,7 +20,6 @@
 #include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
@@ -135,10 +134,10 @@ Task<std::optional<std::string>> read_request_body(ProxyStream& client, beast::f
   co_return body;
 }
 
-Task<ForwardResult> guard_request(ProxyStream& client, beast::flat_buffer& client_buffer,
-                                             RequestParser& parser, const Target& target, const policy::Tool& tool,
-                                             const config::Config& cfg, Worker& worker,
-                                             std::optional<std::string> body) {
+Task<ForwardResult> guard_request(ProxyStream& client, beast::flat_buffer& client_buffer, RequestParser& parser,
+                                  const Target& target, const policy::Tool& tool, const config::Config& cfg,
+                                  Worker& worker, std::optional<std::string> body,
+                                  std::optional<policy::McpRequest> mcp) {
   Call c(client, client_buffer, parser, target, tool, cfg, worker);
   c.run = run_of(c.req, cfg);
   c.trace_id = random_hex(16);
@@ -173,7 +172,7 @@ Task<ForwardResult> guard_request(ProxyStream& client, beast::flat_buffer& clien
   c.fp = policy::fingerprint(fin, tool);
   if (!tool.match.mcp_tool.empty()) {
     c.is_mcp = true;
-    c.mcp = policy::inspect_mcp_request(headers, c.body);
+    c.mcp = mcp ? std::move(*mcp) : policy::inspect_mcp_request(headers, c.body);
   }
   c.missing = policy::missing_required(tool, c.fp.body ? &*c.fp.body : nullptr);
   c.malformed = c.fp.malformed;

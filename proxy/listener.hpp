@@ -3,7 +3,6 @@
 
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
 namespace idemgate::proxy {

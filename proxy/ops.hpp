@@ -8,7 +8,6 @@
 #include "ledger/types.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/json/value.hpp>
 
 #include <cstdint>

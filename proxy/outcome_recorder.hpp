@@ -20,8 +20,6 @@
 #include "ledger/types.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 #include <chrono>
 #include <optional>
 

@@ -11,7 +11,6 @@
 #include "proxy/problem.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/fields.hpp>
 
 #include <string_view>

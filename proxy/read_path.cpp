@@ -11,8 +11,6 @@
 #include "ledger/executor.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 namespace idemgate::proxy {
 

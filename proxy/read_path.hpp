@@ -7,8 +7,6 @@
 #include "proxy/forward.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 namespace idemgate::proxy {
 
 Task<ForwardResult> run_read_path(Call& call);

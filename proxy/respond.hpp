@@ -4,7 +4,6 @@
 
 #include "proxy/problem.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include "proxy/stream.hpp"
 #include "ledger/executor.hpp"
 #include <boost/beast/http/fields.hpp>

@@ -197,6 +197,7 @@ Task<bool> Session::serve_one(const config::Config& cfg) {
   }
   // Which tool is this? An MCP tools/call names it in the body.
   std::optional<std::string> body;
+  std::optional<policy::McpRequest> inspected;  // the body read as an MCP message, handed on to the guard
   std::string mcp_tool;
   bool const mcp_read = may_be_mcp_call(req, cfg);
   if (!mcp_read && req.method() == http::verb::post) {
@@ -209,7 +210,8 @@ Task<bool> Session::serve_one(const config::Config& cfg) {
                               "') is not JSON: MCP messages are application/json, and idemgate reads which tool a "
                               "message calls from JSON only; nothing was sent");
       p.status = 415;
-      co_await refuse_jsonrpc(cfg, 415, p, nullptr, -32600, version);
+      boost::json::value const no_id;  // named: GCC 12 destroys temporaries of a co_await expression twice
+      co_await refuse_jsonrpc(cfg, p, no_id, -32600, version);
       co_return false;
     }
   }
@@ -227,11 +229,12 @@ Task<bool> Session::serve_one(const config::Config& cfg) {
     }
     std::vector<policy::Header> headers;
     for (auto const& f : req) headers.push_back({f.name_string(), f.value()});
-    auto const mcp = policy::inspect_mcp_request(headers, *body);
+    auto const& mcp = inspected.emplace(policy::inspect_mcp_request(headers, *body));
     if (mcp.kind == policy::McpKind::header_mismatch) {
       // SEP-2243: a gateway matching on the headers and a server running
       // the body must never disagree about which tool is called.
-      co_await refuse_jsonrpc(cfg, 400, bad_request(mcp.mismatch), mcp.id, -32001, version);
+      Problem const p = bad_request(mcp.mismatch);  // named, as above
+      co_await refuse_jsonrpc(cfg, p, mcp.id, -32001, version);
       co_return false;
     }
     if (mcp.kind == policy::McpKind::tools_call) mcp_tool = mcp.tool;
@@ -245,19 +248,27 @@ Task<bool> Session::serve_one(const config::Config& cfg) {
     if (batch || repeated || mcp.unreadable) {
       if (auto const* at = mcp_endpoint(cfg, req, *target)) {
         std::string const where = "to an endpoint with MCP tools ('" + at->name + "')";
-        Problem const p = bad_request(
-            batch      ? "a JSON-RPC batch " + where +
-                        ": MCP has no batches since revision 2025-06-18; send one tools/call per request; nothing "
-                        "was sent"
-            : repeated ? "a JSON-RPC message " + where +
-                             " names a member twice in one object: servers differ on which of the two they read, so "
-                             "which tool it calls has no single reading; send each member once; nothing was sent"
-                       : "a body " + where +
-                             " that is not JSON idemgate reads (NaN or Infinity, a byte order mark, invalid UTF-8, "
-                             "nesting deeper than 32): it cannot tell which tool the message calls, whatever its "
-                             "headers say; nothing was sent");
-        co_await refuse_jsonrpc(cfg, 400, p, repeated ? mcp.id : boost::json::value(nullptr),
-                                batch || repeated ? -32600 : -32700, version);
+        // Each refusal's detail, JSON-RPC code and id (named, as above).
+        std::string detail;
+        int code = -32600;
+        boost::json::value id;
+        if (batch) {
+          detail = "a JSON-RPC batch " + where +
+                   ": MCP has no batches since revision 2025-06-18; send one tools/call per request; nothing was sent";
+        } else if (repeated) {
+          detail = "a JSON-RPC message " + where +
+                   " names a member twice in one object: servers differ on which of the two they read, so which "
+                   "tool it calls has no single reading; send each member once; nothing was sent";
+          id = mcp.id;
+        } else {
+          detail = "a body " + where +
+                   " that is not JSON idemgate reads (NaN or Infinity, a byte order mark, invalid UTF-8, nesting "
+                   "deeper than 32): it cannot tell which tool the message calls, whatever its headers say; "
+                   "nothing was sent";
+          code = -32700;
+        }
+        Problem const p = bad_request(std::move(detail));
+        co_await refuse_jsonrpc(cfg, p, id, code, version);
         co_return false;
       }
     }
@@ -274,7 +285,8 @@ Task<bool> Session::serve_one(const config::Config& cfg) {
     co_await write_problem(cfg, p, version);
     co_return false;
   } else if (tool) {
-    r = co_await guard_request(client_, buffer_, parser, *target, *tool, cfg, worker_, std::move(body));
+    r = co_await guard_request(client_, buffer_, parser, *target, *tool, cfg, worker_, std::move(body),
+                               std::move(inspected));
   } else if (cfg.unmatched == policy::Unmatched::deny) {
     Problem const p{403, "policy_deny", "No tool matches",
                     std::string(req.method_string()) + " " + target->host + target->origin_form.substr(0, target->origin_form.find('?')) +
@@ -307,11 +319,11 @@ const policy::Tool* Session::mcp_endpoint(const config::Config& cfg, const http:
   return at.tool && !at.tool->match.mcp_tool.empty() ? at.tool : nullptr;
 }
 
-Task<void> Session::refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
-                                              const boost::json::value& id, int code, unsigned version) {
+Task<void> Session::refuse_jsonrpc(const config::Config& cfg, const Problem& p, const boost::json::value& id,
+                                   int code, unsigned version) {
   std::string answer = mcp_error_body(p, id, code);
   worker_.stats().problems.fetch_add(1, std::memory_order_relaxed);
-  co_await send_own_answer(client_, status, "application/json", std::move(answer), std::nullopt, version, false,
+  co_await send_own_answer(client_, p.status, "application/json", std::move(answer), std::nullopt, version, false,
                            cfg.timeouts.client_header);
 }
 

@@ -4,7 +4,6 @@
 
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
 namespace idemgate::proxy {

@@ -8,6 +8,10 @@
 
 #include "proxy/session.hpp"
 
+#include "ledger/executor.hpp"
+#include "policy/headers.hpp"
+#include "policy/match.hpp"
+#include "policy/mcp.hpp"
 #include "proxy/connect.hpp"
 #include "proxy/connect_plan.hpp"
 #include "proxy/forward.hpp"
@@ -23,8 +27,6 @@
 #include "tls/leaf_minter.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -35,11 +37,6 @@
 #include <optional>
 #include <tuple>
 #include <utility>
-
-#include "policy/match.hpp"
-#include "policy/headers.hpp"
-#include "policy/mcp.hpp"
-#include "ledger/executor.hpp"
 
 namespace idemgate::proxy::detail {
 
@@ -139,9 +136,10 @@ private:
   // matches), else nullptr: where a body no tool can read is refused.
   static const policy::Tool* mcp_endpoint(const config::Config& cfg, const http::request<http::buffer_body>& req,
                                           const Target& target);
-  // A JSON-RPC error answer (400 or 415) on a connection that then closes.
-  Task<void> refuse_jsonrpc(const config::Config& cfg, unsigned status, const Problem& p,
-                                       const boost::json::value& id, int code, unsigned version);
+  // A JSON-RPC error answer (the problem's status: 400 or 415) on a
+  // connection that then closes.
+  Task<void> refuse_jsonrpc(const config::Config& cfg, const Problem& p, const boost::json::value& id, int code,
+                            unsigned version);
 
   // Everything about a request header that can be refused before any I/O;
   // sets target (absolute-form, a gateway route, or inside an intercepted

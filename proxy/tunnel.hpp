@@ -2,12 +2,11 @@
 #pragma once
 
 #include "config/config.hpp"
-#include "proxy/http_rules.hpp"
-
-#include <boost/asio/awaitable.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include "proxy/stream.hpp"
 #include "ledger/executor.hpp"
+#include "proxy/http_rules.hpp"
+#include "proxy/stream.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
 
 namespace idemgate::proxy {
 

@@ -9,8 +9,6 @@
 #include "proxy/forward.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/awaitable.hpp>
-
 namespace idemgate::proxy {
 
 Task<ForwardResult> run_write_path(Call& call);

@@ -6,9 +6,7 @@
 #include "gated_ledger.hpp"
 #include "ledger/executor.hpp"
 
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 using idemgate::Task;
 using idemgate::use_task;
