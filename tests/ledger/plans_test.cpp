@@ -9,8 +9,10 @@
 #include "ledger/open_store.hpp"
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -116,6 +118,73 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
   REQUIRE(reaches(*backend, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'intents'", updated) ==
           updated);
   CHECK(backend->query(scans) == "0\n");
+}
+
+// Two rounds of outcomes that share intents (two replicas, or a process and
+// the one that took over its leases) must lock them in one order, or each
+// can come to hold what the other waits for. A round locks its intents in
+// id order, whatever order its outcomes came in (the store sorts them; the
+// outcome function locks them in that order before it updates them). Seen
+// from outside: with one intent held by another transaction, the round
+// waits there, holding every intent below it and none above it.
+TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatever order they came in" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  REQUIRE(migrate(backend->config).has_value());
+  auto stores = open_stores(backend->config);
+  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+  REQUIRE(stores->size() >= 2);
+  auto& store = *stores->at(0);
+  auto& holder = *stores->at(1);
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 6; ++i) {
+    auto fp = "order-" + std::to_string(i);
+    auto request = reserve_request(fp, "key-" + fp);
+    request.start = ReserveRequest::Start{Millis(60000), "replica-a"};
+    auto r = store.reserve_intents({&request, 1}).front();
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    ids.push_back(r->intent.id);
+  }
+  auto const middle = ids[2];
+  // Highest id first: the order a round must not lock in.
+  std::vector<Outcome> round;
+  for (auto id = ids.rbegin(); id != ids.rend(); ++id) round.push_back(completed(*id, 1));
+
+  // Another session settles the middle intent and keeps its transaction
+  // open (and the row locked) until told to commit.
+  std::promise<void> locked, release;
+  std::thread holding([&] {
+    holder.batch(
+        [&] {
+          (void)holder.record_outcome(completed(middle, 1));
+          locked.set_value();
+          release.get_future().wait();
+        },
+        Store::Calls::together);
+  });
+  locked.get_future().wait();
+  std::vector<Result<Intent>> settled;
+  std::thread settling([&] { settled = store.record_outcomes(round); });
+  auto const waiting = reaches(*backend,
+                               "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                               "AND wait_event_type = 'Lock'",
+                               "1\n");
+  // The intents no transaction holds (SKIP LOCKED passes over the others).
+  auto const free_ids = backend->query(
+      "SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM intents FOR UPDATE SKIP LOCKED) f");
+  release.set_value();
+  settling.join();
+  holding.join();
+
+  CHECK(waiting == "1\n");
+  CHECK(free_ids == std::to_string(ids[3]) + "," + std::to_string(ids[4]) + "," + std::to_string(ids[5]) + "\n");
+  // The middle one was settled by the holder first; the round settles the rest.
+  REQUIRE(settled.size() == round.size());
+  for (std::size_t i = 0; i < round.size(); ++i) {
+    CAPTURE(round[i].intent_id);
+    CHECK(settled[i].has_value() == (round[i].intent_id != middle));
+  }
+  CHECK(backend->query("SELECT count(*) FROM intents WHERE state = 'completed'") == "6\n");
 }
 
 // The outcome functions' planner settings are their own (SET clauses): they
