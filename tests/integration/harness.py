@@ -26,6 +26,32 @@ def wait_until(predicate, timeout=10.0, what="condition"):
         time.sleep(0.01)  # polling interval of a deadline-bounded wait
 
 
+def read_head(sock):
+    """Reads from sock until its bytes hold a blank line (the end of an HTTP
+    header) or the peer ends the stream; everything read."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def proxy_side_has_fin(upstream_port):
+    """True once some connection to 127.0.0.1:upstream_port on this machine
+    has received its peer's FIN and not closed yet (CLOSE_WAIT in
+    /proc/net/tcp): the proxy's end of an upstream connection the upstream
+    closed while the proxy kept it."""
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            remote_ip, remote_port = fields[2].split(":")
+            if remote_ip == "0100007F" and int(remote_port, 16) == upstream_port and fields[3] == "08":
+                return True
+    return False
+
+
 class Proxy:
     """`with Proxy(yaml_text) as p:` gives p.port, p.url(), p.log_lines()."""
 

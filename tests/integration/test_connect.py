@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BIN, Proxy, wait_until  # noqa: E402
+from harness import BIN, Proxy, read_head, wait_until  # noqa: E402
 from node_deps import CLEAN_ENV, UNDICI_7, node_modules, run_node  # noqa: E402
 from provider import Provider  # noqa: E402
 from tls_upstream import HttpsProvider, TestCa  # noqa: E402
@@ -47,13 +47,7 @@ def connect_raw(proxy_port, authority):
     """Sends a bare CONNECT; returns (status, headers, body) of the answer."""
     with socket.create_connection(("127.0.0.1", proxy_port), timeout=10) as s:
         s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
+        head, _, body = read_head(s).partition(b"\r\n\r\n")
         lines = head.decode().split("\r\n")
         headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
         want = int(headers.get("content-length", "0"))

@@ -16,7 +16,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from admin_common import TOKEN, AdminProxy  # noqa: E402
-from harness import BASE_CONFIG, Proxy, wait_until  # noqa: E402
+from harness import BASE_CONFIG, Proxy, proxy_side_has_fin, read_head, wait_until  # noqa: E402
 from upstream import EchoServer, PiecemealUpstream, Upstream  # noqa: E402
 
 
@@ -359,6 +359,92 @@ class PiecemealAnswerTest(unittest.TestCase):
         cut = self.ANSWER.index(b"X-A") + 2
         self.check_cut([interim + self.ANSWER[:cut], self.ANSWER[cut:]])
         self.check_cut([interim[:10], interim[10:] + self.ANSWER[:cut], self.ANSWER[cut:]])
+
+
+class ClosedWhilePooledTest(unittest.TestCase):
+    """An upstream that ends a keep-alive connection right after answering,
+    without saying so: the proxy pools the connection, and the next request
+    reuses it within the second in which the pool does not check it. The
+    request goes out on it and finds the end of the stream: it is sent again
+    on a fresh connection at once, not after timeouts.upstream_response.
+    Both ways an upstream ends it: a full close (the request written on it
+    is answered with a reset), and a half-close that keeps reading and
+    discarding, as a lingering close does (nothing more ever comes back: the
+    FIN that came while the connection idled is all there is to see, so the
+    proxy must look for it after writing, not wait for more)."""
+
+    def setUp(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.answered = 0
+        self.lingering = False
+        self.dropped = 0  # requests a lingering connection read and never answered
+        self.lock = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def tearDown(self):
+        self.listener.close()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._answer_once, args=(conn,), daemon=True).start()
+
+    def _answer_once(self, conn):
+        with conn:
+            if b"\r\n\r\n" not in read_head(conn):
+                return
+            with self.lock:
+                self.answered += 1
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=60\r\n\r\nok")
+            if self.lingering:
+                conn.shutdown(socket.SHUT_WR)
+                conn.settimeout(60)
+                try:
+                    while conn.recv(65536):  # read and dropped, never answered
+                        with self.lock:
+                            self.dropped += 1
+                except OSError:
+                    pass
+        # closed: a FIN (after the lingering, none more)
+
+    def check_sent_again_at_once(self):
+        cfg = BASE_CONFIG.replace("upstream_response: 2s", "upstream_response: 30s")
+        with Proxy(cfg) as proxy:
+            sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=60)
+            try:
+                conn = sock.makefile("rb")
+                url = "http://127.0.0.1:%d/x" % self.port
+                self.assertTrue(get_on(sock, conn, url).startswith(b"HTTP/1.1 200"))
+                pooled = time.monotonic()
+                wait_until(lambda: proxy_side_has_fin(self.port), what="the upstream's FIN at the proxy")
+                started = time.monotonic()
+                if started - pooled > 0.8:
+                    self.skipTest("the FIN took %.2f s: the pool would check the connection itself" %
+                                  (started - pooled))
+                status = get_on(sock, conn, url)
+                elapsed = time.monotonic() - started
+            finally:
+                sock.close()
+        self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+        self.assertLess(elapsed, 10.0, "waited for timeouts.upstream_response instead of seeing the end of the stream")
+        # Two connections: the second request went out on the pooled one first.
+        self.assertEqual((self.connections, self.answered), (2, 2))
+
+    def test_closed(self):
+        self.check_sent_again_at_once()
+
+    def test_half_closed_and_lingering(self):
+        self.lingering = True
+        self.check_sent_again_at_once()
+        # The second request did go out on the half-closed connection first.
+        wait_until(lambda: self.dropped >= 1, what="the lingering upstream reading the request")
 
 
 class DeadlineTest(unittest.TestCase):

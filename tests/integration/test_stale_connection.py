@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 
 sys.path.insert(0, os.path.dirname(__file__))
 from enforce_common import call, ledger_url, new_run  # noqa: E402
-from harness import Proxy  # noqa: E402
+from harness import Proxy, proxy_side_has_fin, wait_until  # noqa: E402
 from upstream import ServerThread  # noqa: E402
 
 # The upstream's idle timer: it closes connections idle for IDLE_CLOSE, and a
@@ -75,12 +75,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
+        if owner.linger:
+            # A lingering close right after the answer: this side's FIN,
+            # then whatever comes in is read and dropped, never answered,
+            # until the proxy closes its end. No reset ever comes back.
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(30)
+            try:
+                while self.connection.recv(65536):
+                    owner.note_drop()
+            except OSError:
+                pass
 
 
 class ClosingUpstream(ServerThread):
-    def __init__(self, announce=None, honours_keys=True):
+    def __init__(self, announce=None, honours_keys=True, linger=False):
         self.announce = announce  # a Keep-Alive header value, or None
         self.honours_keys = honours_keys
+        self.linger = linger  # half-close each connection right after its first answer
         self.lock = threading.Lock()
         self.effects = []
         self.by_key = {}
@@ -187,6 +200,37 @@ class StaleCases:
             self.assertEqual(answers[1].json().get("reason_code"), "tool_outcome_unknown", answers[1].body)
             self.assertEqual(upstream.drops, 1)
             self.assertEqual(len(upstream.effects), 1)
+
+
+    def test_upstream_half_closing_right_after_its_answer_is_resent_at_once(self):
+        # It announces 30 s but half-closes the connection right after
+        # answering and lingers, reading and dropping. The FIN reaches the
+        # proxy while the connection waits in the pool; the next write,
+        # within the second in which the pool reuses a connection unchecked,
+        # goes out on it, is dropped, and nothing more ever comes back on it.
+        # The proxy must find the end of the stream the FIN left there and
+        # send the write again on a fresh connection under the same key, at
+        # once: not wait for an answer until timeouts.upstream_response and
+        # call the write unknown.
+        with ClosingUpstream(announce="timeout=30", linger=True) as upstream:
+            proxy = self.start(upstream)
+            run = new_run()
+            answers = [call(proxy, "POST", upstream.url("/v1/charges"), {"amount": 10, "currency": "eur", "n": 0},
+                            run=run)]
+            pooled = time.monotonic()
+            wait_until(lambda: proxy_side_has_fin(upstream.port), what="the upstream's FIN at the proxy")
+            if time.monotonic() - pooled > 0.8:
+                self.skipTest("the FIN took too long: the pool would check the connection itself")
+            started = time.monotonic()
+            answers.append(call(proxy, "POST", upstream.url("/v1/charges"), {"amount": 10, "currency": "eur", "n": 1},
+                                run=run))
+            elapsed = time.monotonic() - started
+            self.check_one_effect_each(upstream, answers)
+            # timeouts.upstream_response is 5 s: waiting it out and then
+            # reconciling the unknown under the same key would also end in
+            # one effect and a 200, seconds later.
+            self.assertLess(elapsed, 3.0, "the write waited for timeouts.upstream_response")
+            wait_until(lambda: upstream.drops >= 1, what="the lingering upstream reading the write it dropped")
 
 
 class SqliteStale(StaleCases, unittest.TestCase):
