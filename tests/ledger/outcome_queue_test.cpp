@@ -177,6 +177,48 @@ TEST_CASE("unit: an outcome after its answer starts no batch while it gathers, a
   CHECK(std::count(all.begin(), all.end(), std::vector<std::string>{"record_outcome 2", "find_intent"}) == 1);
 }
 
+// Outcomes queued while their lane's writer is busy wake no other worker
+// (none could take them): the writer takes them when its batch ends, at
+// once if their time has passed meanwhile, else once it has.
+TEST_CASE("unit: outcomes queued while their lane's writer is busy are written when its batch ends") {
+  for (auto gather : {std::chrono::milliseconds(1), std::chrono::milliseconds(300)}) {
+    CAPTURE(gather.count());
+    LedgerOptions options;
+    options.outcome_gather = gather;
+    LaneLedger lanes(options);
+    Loop loop;
+    // The first outcome's batch holds the outcome lane's writer in its store.
+    auto first = loop.spawn(lanes.ledger->record_outcome(after_answer(1)));
+    REQUIRE(wait_until([&] { return lanes.entered() == 1; }));
+    auto const queued_at = std::chrono::steady_clock::now();
+    auto second = loop.spawn(lanes.ledger->record_outcome(after_answer(2)));
+    auto third = loop.spawn(lanes.ledger->record_outcome(after_answer(3)));
+    REQUIRE(wait_until([&] { return lanes.ledger->queued() == 2; }));
+    if (gather == std::chrono::milliseconds(1)) {
+      // Their time passes while the writer is still busy: they stay queued.
+      REQUIRE(wait_until([&] { return std::chrono::steady_clock::now() - queued_at > 10 * gather; }));
+      CHECK(lanes.ledger->queued() == 2);
+      CHECK(lanes.entered() == 1);
+    }
+    lanes.release();
+    REQUIRE(first.wait_for(deadline) == std::future_status::ready);
+    REQUIRE(second.wait_for(deadline) == std::future_status::ready);
+    REQUIRE(third.wait_for(deadline) == std::future_status::ready);
+    CHECK(first.get().has_value());
+    CHECK(second.get().has_value());
+    CHECK(third.get().has_value());
+    CHECK(std::chrono::steady_clock::now() - queued_at >= gather);
+    CHECK(lanes.ledger->queued() == 0);
+    if (gather == std::chrono::milliseconds(1)) {
+      // Both due when the writer came back: one batch of their own.
+      auto all = lanes.transactions();
+      std::sort(all.begin(), all.end());
+      CHECK(all == std::vector<std::vector<std::string>>{{"record_outcome 1"},
+                                                         {"record_outcome 2", "record_outcome 3"}});
+    }
+  }
+}
+
 TEST_CASE("unit: a gathering outcome alone is written once its time has passed, deferred") {
   LedgerOptions options;
   options.outcome_gather = 200ms;
