@@ -382,9 +382,12 @@ void Ledger::work(Store& store) {
       // What this batch left that can be taken now is another idle
       // worker's (each worker that takes wakes the next: one wake-up per
       // batch, not one per worker). So is an outcome still gathering that
-      // no worker waits for any more (this one may have been its timed
-      // waiter): otherwise it would wait for the end of this batch.
-      more = any_startable(now) || (!timed_wait_ && next_start());
+      // no worker waits for (this one may have been its timed waiter), or
+      // that is due before the time the waiting worker sleeps to (one
+      // queued while its lane was busy, which woke no one): otherwise it
+      // would wait for the end of this batch, or for that later time.
+      auto const next = next_start();
+      more = any_startable(now) || (next && (!timed_wait_ || *next < *timed_wait_));
       done = stopping_ && queue_.empty();
     }
     // Stopping, the last calls are taken: the other workers may end.
