@@ -161,8 +161,7 @@ void Ledger::release_direct() {
     direct_writing_ = false;
     // What can start now, or a gathering outcome whose timed waiter (if
     // any) sleeps past its time now that the admission is back.
-    auto const next = next_start();
-    more = any_startable(std::chrono::steady_clock::now()) || (next && (!timed_wait_ || *next < *timed_wait_));
+    more = worker_needed(std::chrono::steady_clock::now());
   }
   if (more) ready_.notify_one();
 }
@@ -206,6 +205,14 @@ std::optional<std::chrono::steady_clock::time_point> Ledger::next_start() const 
   for (const auto& job : queue_)
     if (takeable(*job) && (!next || start_time(*job) < *next)) next = start_time(*job);
   return next;
+}
+
+bool Ledger::worker_needed(std::chrono::steady_clock::time_point now) const {
+  // One pass: startable implies takeable, and "the first takeable start is
+  // before the timed waiter's time" is "some takeable start is".
+  return std::any_of(queue_.begin(), queue_.end(), [&](const auto& job) {
+    return takeable(*job) && (startable(*job, now) || !timed_wait_ || start_time(*job) < *timed_wait_);
+  });
 }
 
 std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady_clock::time_point now) {
@@ -386,8 +393,7 @@ void Ledger::work(Store& store) {
       // that is due before the time the waiting worker sleeps to (one
       // queued while its lane was busy, which woke no one): otherwise it
       // would wait for the end of this batch, or for that later time.
-      auto const next = next_start();
-      more = any_startable(now) || (next && (!timed_wait_ || *next < *timed_wait_));
+      more = worker_needed(now);
       done = stopping_ && queue_.empty();
     }
     // Stopping, the last calls are taken: the other workers may end.

@@ -270,6 +270,10 @@ class Ledger {
   bool any_startable(std::chrono::steady_clock::time_point now) const;
   // When the first takeable call that is still gathering may start.
   std::optional<std::chrono::steady_clock::time_point> next_start() const;
+  // Whether an idle worker has something to do: a call it may start now,
+  // or a gathering one due before the time the timed waiter (if any)
+  // sleeps to. mutex_ held.
+  bool worker_needed(std::chrono::steady_clock::time_point now) const;
   int lane_of(const Job& job) const;
   // A direct admission takes the admissions' writer lane when it is free, no
   // admission is queued for it, and the workers' last batch of admissions

@@ -22,7 +22,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace json = boost::json;
-using tcp = asio::ip::tcp;
 
 namespace {
 constexpr auto use_tuple = asio::as_tuple(use_task);

@@ -43,7 +43,6 @@ namespace idemgate::proxy::detail {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
 namespace ssl = asio::ssl;
 
 inline constexpr auto use_tuple = asio::as_tuple(use_task);

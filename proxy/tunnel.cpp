@@ -17,7 +17,6 @@ namespace idemgate::proxy {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-using tcp = asio::ip::tcp;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {

@@ -2,7 +2,7 @@
 // proxy presents to an agent for an intercepted host, and keeps the ready
 // server TLS contexts in a bounded LRU cache.
 //
-//   auto r = co_await minter.async_mint(host, boost::asio::use_awaitable);
+//   auto r = co_await minter.async_mint(host, use_task);  // idemgate::use_task (ledger/executor.hpp)
 //   if (!r.ok()) ...;  // r.error says why
 //   boost::asio::ssl::stream<tcp::socket&> tls(socket, *r.value);
 #pragma once

@@ -17,7 +17,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(__file__))
 from admin_common import TOKEN, AdminProxy  # noqa: E402
 from harness import BASE_CONFIG, Proxy, proxy_side_has_fin, read_head, wait_until  # noqa: E402
-from upstream import EchoServer, PiecemealUpstream, Upstream  # noqa: E402
+from upstream import EchoServer, PiecemealUpstream, Upstream, serve_connections  # noqa: E402
 
 
 def raw_exchange(port, data, timeout=10):
@@ -381,22 +381,14 @@ class ClosedWhilePooledTest(unittest.TestCase):
         self.lingering = False
         self.dropped = 0  # requests a lingering connection read and never answered
         self.lock = threading.Lock()
-        threading.Thread(target=self._serve, daemon=True).start()
+        threading.Thread(target=serve_connections, args=(self.listener, self._answer_once), daemon=True).start()
 
     def tearDown(self):
         self.listener.close()
 
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.connections += 1
-            threading.Thread(target=self._answer_once, args=(conn,), daemon=True).start()
-
     def _answer_once(self, conn):
+        with self.lock:
+            self.connections += 1
         with conn:
             if b"\r\n\r\n" not in read_head(conn):
                 return

@@ -201,7 +201,6 @@ class StaleCases:
             self.assertEqual(upstream.drops, 1)
             self.assertEqual(len(upstream.effects), 1)
 
-
     def test_upstream_half_closing_right_after_its_answer_is_resent_at_once(self):
         # It announces 30 s but half-closes the connection right after
         # answering and lingers, reading and dropping. The FIN reaches the
