@@ -17,10 +17,10 @@ namespace idemgate::ledger {
 namespace {
 
 // A row of reserve_intents' insert (reserved_columns): the id the server
-// gave it, what matched it to `r`, and the statement's now(). Everything
-// else is what the request set, as the statement stored it, so it is taken
-// from the request: a fresh row's defaults, created and updated now, its
-// window (and its lease, when it started) from now. The times agree with
+// gave it, what matched it to `r`, the statement's now() and the lease it
+// set. Everything else is what the request set, as the statement stored it,
+// so it is taken from the request: a fresh row's defaults, created and
+// updated now, its window from now. The times agree with
 // the stored ones to the millisecond because extract() is exact numeric
 // (PostgreSQL 14 and later).
 Intent read_reserved(const pqxx::row& row, const ReserveRequest& r) {
@@ -39,7 +39,7 @@ Intent read_reserved(const pqxx::row& row, const ReserveRequest& r) {
   i.unknown_ttl = r.unknown_ttl;
   i.created_at = i.updated_at = from_epoch_ms(now);
   i.window_until = from_epoch_ms(now + r.window.count());
-  if (r.start) i.lease_until = from_epoch_ms(now + r.start->lease.count());
+  if (r.start && !row[5].is_null()) i.lease_until = from_epoch_ms(row[5].as<std::int64_t>());
   return i;
 }
 
@@ -213,8 +213,8 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
           done[i] = Reservation{ReserveOutcome::key_mismatch, load_intent(w, *other)};
         }
       if (!unstart.empty()) {
-        w.exec("DELETE FROM attempts WHERE number = 1 AND intent_id IN (" + unstart + ")");
-        w.exec("UPDATE intents SET state = 'reserved', attempts = 0, lease_until = NULL WHERE id IN (" + unstart + ")");
+        w.exec("UPDATE intents SET state = 'reserved', attempts = 0, lease_until = NULL, replica_id = NULL "
+               "WHERE id IN (" + unstart + ")");
       }
     }
     return done;

@@ -213,11 +213,46 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
   return results;
 }
 
-// What is in flight is found through its attempts (attempts_lease): an
-// intent is dispatched exactly while its current attempt is. The intents
-// are updated first, in the order outcomes lock them.
+// What is in flight is found two ways. An attempt begun apart (a retry, an
+// attempt after an approval) has its attempts row, dispatched, in
+// attempts_lease. A first attempt begun with its reservation lives on its
+// intent until it ends (schema version 10): the sweep finds those whose
+// lease ended since the last sweep through intents_lease_end and writes
+// their rows, dispatched, so that one recovery turns both kinds unknown.
+// The intents are updated first, in the order outcomes lock them.
 Result<int> PgStore::recover_expired() {
+  // The time the sweep may reach, read with the lease lock held
+  // exclusively: it waits for the admissions holding the lock (their
+  // leases are committed before it is granted, and visible to the sweep)
+  // and goes before those that ask after it (their leases are read from the
+  // clock once it is released, and end after this time). It is held for
+  // that read alone, so admissions wait a moment, not for the sweep. If it
+  // does not come within lock_timeout, the first attempts wait for the next
+  // sweep; the attempts begun apart are recovered all the same.
+  auto horizon = transact([&](pqxx::transaction_base& w) {
+    w.exec("SET LOCAL lock_timeout = '200ms'");
+    w.exec(std::string(lease_horizon_lock));
+    return w.exec("SELECT clock_timestamp()::text")[0][0].as<std::string>();
+  });
   return transact([&](pqxx::transaction_base& w) {
+    if (horizon) {
+      // One sweep at a time across replicas: the horizon row is locked, and
+      // moved only forward.
+      auto const since = w.exec("SELECT horizon::text FROM lease_sweep FOR UPDATE");
+      if (!since.empty()) {
+        auto const from = q(w, since[0][0].as<std::string>()) + "::timestamptz";
+        auto const to = q(w, *horizon) + "::timestamptz";
+        // An outcome that writes its row meanwhile keeps it (ON CONFLICT):
+        // its intent is no longer dispatched, and is left alone below.
+        w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
+               "SELECT i.id, i.attempts, i.replica_id, 'dispatched', i.created_at, i.lease_until FROM intents i "
+               "WHERE i.lease_until > " + from + " AND i.lease_until <= " + to + " AND i.state = 'dispatched' "
+               "AND i.replica_id IS NOT NULL AND i.attempts = 1 "
+               "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = 1) "
+               "ON CONFLICT DO NOTHING");
+        w.exec("UPDATE lease_sweep SET horizon = " + to + " WHERE horizon < " + to);
+      }
+    }
     auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
                           "unknown_since = coalesce(unknown_since, now()), updated_at = now(), "
                           "lease_until = NULL WHERE id IN (SELECT intent_id FROM attempts WHERE state = 'dispatched' "

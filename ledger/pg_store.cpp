@@ -50,20 +50,23 @@ std::string without_snapshot() {
 
 // $1 run, $2 budget, $3 tool, $4 scope, $5 fingerprint, $6 key, $7 begin
 // the attempt, $8 lease ms, $9 request snapshot, $10 window ms, $11 unknown
-// ttl ms, $12 replica (admit_alone_params).
+// ttl ms, $12 replica (admit_alone_params). An attempt begun lives on its
+// intent until it ends, its lease from the clock once the lease lock is held
+// (never before it: the lease sweep's horizon relies on that).
 std::string admit_alone_sql() {
-  return "WITH charge AS (INSERT INTO runs (run_id, budget, calls) VALUES ($1::text, $2::bigint, 1) "
+  return "WITH " + std::string(lease_lock) + ", "
+         "charge AS (INSERT INTO runs (run_id, budget, calls) VALUES ($1::text, $2::bigint, 1) "
          "ON CONFLICT (run_id) DO UPDATE SET calls = runs.calls + 1, updated_at = now() "
          "WHERE runs.calls < runs.budget AND runs.state = 'active' RETURNING calls, budget), "
-         "g AS (SELECT $7::boolean AND EXISTS (SELECT 1 FROM charge) AS go), "
+         "g AS (SELECT $7::boolean AND EXISTS (SELECT 1 FROM charge) AS go FROM lease_lock), "
          "ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
-         "request_snapshot, window_ms, unknown_ttl_ms, window_until) SELECT $1::text, $3::text, $4::text, $5::text, "
-         "$6::text, CASE WHEN g.go THEN 'dispatched' ELSE 'reserved' END, CASE WHEN g.go THEN 1 ELSE 0 END, "
-         "CASE WHEN g.go THEN now() + $8::bigint * interval '1 millisecond' ELSE NULL END, $9::text, $10::bigint, "
-         "$11::bigint, now() + $10::bigint * interval '1 millisecond' FROM g "
-         "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *), "
-         "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
-         "SELECT id, 1, $12::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
+         "replica_id, request_snapshot, window_ms, unknown_ttl_ms, window_until) SELECT $1::text, $3::text, "
+         "$4::text, $5::text, $6::text, CASE WHEN g.go THEN 'dispatched' ELSE 'reserved' END, "
+         "CASE WHEN g.go THEN 1 ELSE 0 END, "
+         "CASE WHEN g.go THEN clock_timestamp() + greatest($8::bigint, 0) * interval '1 millisecond' END, "
+         "CASE WHEN g.go THEN $12::text END, $9::text, $10::bigint, $11::bigint, "
+         "now() + $10::bigint * interval '1 millisecond' FROM g "
+         "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING RETURNING *) "
          "SELECT " + without_snapshot() + ", charge.calls AS charged_calls, charge.budget AS charged_budget "
          "FROM (SELECT 1) AS one LEFT JOIN ins ON true LEFT JOIN charge ON true";
 }
@@ -84,24 +87,26 @@ std::string outcomes_call(std::string_view function) {
 
 // Store::reserve_intents' insert: the rows (ArrayParam columns, in lock
 // order) that get in, each with attempt 1 begun when its $9 is set (lease
-// $10 ms, replica $11), come back as reserved_columns; the others conflict.
-// The insert hands on only what the attempts and that answer need (what a
+// $10 ms from the clock once the lease lock is held, never before it;
+// replica $11: the attempt lives on its intent until it ends), come back as
+// reserved_columns; the others
+// conflict. The insert hands on only what that answer needs (what a
 // data-modifying CTE keeps of its rows is copied, and RETURNING * would copy
 // the request snapshot), and the server's own times are one value, now().
 std::string reserve_intents_sql() {
-  return "WITH ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
-         "request_snapshot, window_ms, unknown_ttl_ms, window_until) "
+  return "WITH " + std::string(lease_lock) + ", "
+         "ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
+         "replica_id, request_snapshot, window_ms, unknown_ttl_ms, window_until) "
          "SELECT r.run, r.tool, r.scope, r.fingerprint, r.idem_key, "
          "CASE WHEN r.start THEN 'dispatched' ELSE 'reserved' END, CASE WHEN r.start THEN 1 ELSE 0 END, "
-         "CASE WHEN r.start THEN now() + r.lease_ms * interval '1 millisecond' END, r.snapshot, r.window_ms, "
+         "CASE WHEN r.start THEN clock_timestamp() + greatest(r.lease_ms, 0) * interval '1 millisecond' END, "
+         "CASE WHEN r.start THEN $11::text END, r.snapshot, r.window_ms, "
          "r.ttl_ms, now() + r.window_ms * interval '1 millisecond' "
-         "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], "
-         "$8::bigint[], $9::boolean[], $10::bigint[]) AS r(run, tool, scope, fingerprint, idem_key, snapshot, "
-         "window_ms, ttl_ms, start, lease_ms) "
+         "FROM lease_lock, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
+         "$7::bigint[], $8::bigint[], $9::boolean[], $10::bigint[]) AS r(run, tool, scope, fingerprint, idem_key, "
+         "snapshot, window_ms, ttl_ms, start, lease_ms) "
          "ON CONFLICT (scope, fingerprint) WHERE NOT superseded DO NOTHING "
-         "RETURNING id, scope, fingerprint, idem_key, state, lease_until), "
-         "att AS (INSERT INTO attempts (intent_id, number, replica_id, state, lease_until) "
-         "SELECT id, 1, $11::text, 'dispatched', lease_until FROM ins WHERE state = 'dispatched') "
+         "RETURNING id, scope, fingerprint, idem_key, lease_until) "
          "SELECT " + std::string(reserved_columns) + " FROM ins, "
          "(SELECT (extract(epoch from now()) * 1000)::bigint AS ms) AS now_ms";
 }

@@ -36,13 +36,25 @@ inline constexpr std::string_view intent_columns =
     "receipt, response_status, response_headers, response_body, response_truncated::int, "
     "request_snapshot, window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
-    ", " IDEMGATE_MS("retry_not_before") ", " IDEMGATE_MS("lease_until") ", waived, " IDEMGATE_MS("looked_up_at");
+    ", " IDEMGATE_MS("retry_not_before") ", "
+    IDEMGATE_MS("CASE WHEN state = 'dispatched' THEN lease_until END") ", waived, " IDEMGATE_MS("looked_up_at");
 // What a reservation's insert returns (reserve_intents_sql): only rows it
 // inserted, each as its id, what matches it to its request (scope,
-// fingerprint, key), and the statement's now() (read_reserved takes the rest
-// from the request).
+// fingerprint, key), the statement's now() and the lease it set (NULL when
+// it began no attempt; read_reserved takes the rest from the request).
 inline constexpr std::string_view reserved_columns =
-    "ins.id, ins.scope, ins.fingerprint, ins.idem_key, now_ms.ms";
+    "ins.id, ins.scope, ins.fingerprint, ins.idem_key, now_ms.ms, " IDEMGATE_MS("ins.lease_until");
+// The lease sweep's lock (schema version 10), a transaction-level advisory
+// lock. A statement that begins a first attempt with its reservation takes
+// it shared, as a CTE its insert reads FROM, and only then reads the clock
+// for the lease (clock_timestamp()); PgStore::recover_expired takes it
+// exclusively to read the time its sweep may reach: a lease not committed
+// by then is set after it, and so ends after it.
+#define IDEMGATE_LEASE_LOCK_KEY "5926017403921"
+inline constexpr std::string_view lease_lock =
+    "lease_lock AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(" IDEMGATE_LEASE_LOCK_KEY ") AS held)";
+inline constexpr std::string_view lease_horizon_lock = "SELECT pg_advisory_xact_lock(" IDEMGATE_LEASE_LOCK_KEY ")";
+#undef IDEMGATE_LEASE_LOCK_KEY
 inline constexpr std::string_view escalation_columns =
     "id, run_id, intent_id, reason_code, package, state, receipt, note, "
     IDEMGATE_MS("created_at") ", " IDEMGATE_MS("resolved_at") ", resolved_by";

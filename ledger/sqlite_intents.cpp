@@ -79,7 +79,7 @@ std::vector<Result<Reservation>> SqliteStore::reserve_intents(
       if (reservation.outcome == ReserveOutcome::reserved && requests[i].start) {
         const auto& start = *requests[i].start;
         auto begun = begin_one(AttemptRequest{reservation.intent.id, IntentState::reserved, 0, 1, start.lease},
-                               start.replica, now);
+                               start.replica, now, false);
         if (begun.outcome != AttemptOutcome::started) throw Abort{errc::conflict};  // a fresh row always begins
         reservation.intent = std::move(begun.intent);
         reservation.started = true;
@@ -99,28 +99,36 @@ Result<AttemptStart> SqliteStore::begin_attempt(const AttemptRequest& r, const s
   return transact(Lock::write, [&] { return begin_one(r, replica, now_epoch_ms()); });
 }
 
-AttemptStart SqliteStore::begin_one(const AttemptRequest& r, const std::string& replica, std::int64_t now) {
+AttemptStart SqliteStore::begin_one(const AttemptRequest& r, const std::string& replica, std::int64_t now,
+                                    bool with_row) {
   {
     auto lease_until = now + r.lease.count();
-    int changed =
-        Statement(db_, sql("UPDATE intents SET state = 'dispatched', attempts = attempts + 1, "
-                           "lease_until = ?4, updated_at = ?1 WHERE id = ?2 AND state = ?5 AND "
-                           "attempts = ?6 AND attempts - waived < ?3 AND "
-                           "(retry_not_before IS NULL OR retry_not_before <= ?1) AND ",
-                           sql_state_guard(dispatchable_states())))
-            .bind(1, now)
-            .bind(2, r.intent_id)
-            .bind(3, std::int64_t{r.max_attempts})
-            .bind(4, lease_until)
-            .bind(5, to_string(r.expected_state))
-            .bind(6, std::int64_t{r.expected_attempts})
-            .run();
+    Statement update(db_, sql("UPDATE intents SET state = 'dispatched', attempts = attempts + 1, "
+                              "lease_until = ?4, updated_at = ?1, replica_id = coalesce(?7, replica_id) "
+                              "WHERE id = ?2 AND state = ?5 AND attempts = ?6 AND attempts - waived < ?3 AND "
+                              "(retry_not_before IS NULL OR retry_not_before <= ?1) AND ",
+                              sql_state_guard(dispatchable_states())));
+    update.bind(1, now)
+        .bind(2, r.intent_id)
+        .bind(3, std::int64_t{r.max_attempts})
+        .bind(4, lease_until)
+        .bind(5, to_string(r.expected_state))
+        .bind(6, std::int64_t{r.expected_attempts});
+    // The replica of a first attempt that lives on its intent (kept by the
+    // attempts begun apart after it, which have rows of their own).
+    if (with_row) {
+      update.bind_null(7);
+    } else {
+      update.bind(7, replica);
+    }
+    int changed = update.run();
     if (changed == 0) {
       auto intent = load_intent(r.intent_id);
       auto why = refusal_reason(intent, r);
       return AttemptStart{why, 0, std::move(intent)};
     }
     auto intent = load_intent(r.intent_id);
+    if (!with_row) return AttemptStart{AttemptOutcome::started, intent.attempts, std::move(intent)};
     Statement(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
                    "VALUES (?, ?, ?, 'dispatched', ?, ?)")
         .bind(1, r.intent_id)
@@ -142,7 +150,7 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
         "UPDATE intents SET state = ?1, answer_class = ?2, status = ?3, "
         "receipt = CASE WHEN ?4 = '' THEN receipt ELSE ?4 END, updated_at = ?5, "
         "unknown_since = CASE WHEN ?1 = 'unknown' THEN coalesce(unknown_since, ?5) ELSE NULL END, "
-        "retry_not_before = ?6, lease_until = NULL, waived = waived + ?13";
+        "retry_not_before = ?6, waived = waived + ?13";
     if (o.response)
       text += ", response_status = ?7, response_headers = ?8, response_body = ?9, "
               "response_truncated = ?10";
@@ -167,18 +175,30 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
       load_intent(o.intent_id);  // not_found when there is no such intent
       throw Abort{errc::illegal_transition};
     }
-    if (with_attempt)
-      Statement(db_, "UPDATE attempts SET state = ?, answer_class = ?, status = ?, receipt = ?, "
-                     "finished_at = ? WHERE intent_id = ? AND number = ? AND state IN ('dispatched', 'unknown')")
-          .bind(1, to_string(o.state == IntentState::unknown ? AttemptState::unknown
-                                                             : AttemptState::answered))
-          .bind(2, o.answer_class)
-          .bind(3, o.status ? std::optional<std::int64_t>(*o.status) : std::nullopt)
-          .bind(4, o.receipt)
-          .bind(5, now)
-          .bind(6, o.intent_id)
-          .bind(7, std::int64_t{o.attempt})
-          .run();
+    if (with_attempt) {
+      // The attempt's row, or (a first attempt begun with its reservation,
+      // which has none yet) the row written now that it ends.
+      // ?1-?5 how it ended, ?6 its intent.
+      auto ended = [&](Statement& s) -> Statement& {
+        return s.bind(1, to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered))
+            .bind(2, o.answer_class)
+            .bind(3, o.status ? std::optional<std::int64_t>(*o.status) : std::nullopt)
+            .bind(4, o.receipt)
+            .bind(5, now)
+            .bind(6, o.intent_id);
+      };
+      Statement update(db_, "UPDATE attempts SET state = ?1, answer_class = ?2, status = ?3, receipt = ?4, "
+                            "finished_at = ?5 WHERE intent_id = ?6 AND number = ?7 "
+                            "AND state IN ('dispatched', 'unknown')");
+      if (ended(update).bind(7, std::int64_t{o.attempt}).run() == 0 && o.attempt == 1) {
+        Statement insert(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, answer_class, status, "
+                              "receipt, started_at, finished_at, lease_until) SELECT id, 1, replica_id, ?1, ?2, ?3, "
+                              "?4, created_at, ?5, lease_until FROM intents WHERE id = ?6 AND replica_id IS NOT NULL "
+                              "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = intents.id AND "
+                              "a.number = 1)");
+        ended(insert).run();
+      }
+    }
     if (o.state != IntentState::unknown) settle_unknown_escalations(o.intent_id, o.answer_class, o.receipt, now);
     return load_intent(o.intent_id);
   });
@@ -276,11 +296,19 @@ Result<std::vector<Intent>> SqliteStore::claim_lookups(std::span<const LookupDue
   });
 }
 
-// What is in flight is found through its attempts (attempts_lease): an
-// intent is dispatched exactly while its current attempt is.
+// What is in flight is found two ways: an attempt begun apart through its
+// attempts row (attempts_lease), a first attempt begun with its reservation
+// through its intent (intents_in_flight), whose row is written here first,
+// dispatched, so that one recovery turns both kinds unknown.
 Result<int> SqliteStore::recover_expired() {
   return transact(Lock::write, [&] {
     auto now = now_epoch_ms();
+    Statement(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
+                   "SELECT id, 1, replica_id, 'dispatched', created_at, lease_until FROM intents "
+                   "WHERE state = 'dispatched' AND lease_until < ?1 AND replica_id IS NOT NULL AND attempts = 1 "
+                   "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = intents.id AND a.number = 1)")
+        .bind(1, now)
+        .run();
     int intents = Statement(db_, "UPDATE intents SET state = 'unknown', recovered = 1, "
                                  "unknown_since = coalesce(unknown_since, ?1), updated_at = ?1, "
                                  "lease_until = NULL WHERE id IN (SELECT intent_id FROM attempts WHERE "

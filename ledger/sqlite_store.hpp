@@ -62,7 +62,9 @@ class SqliteStore final : public Store {
   Escalation load_escalation(std::int64_t id);
   Reservation reserve_one(const ReserveRequest&, std::int64_t now);
   // begin_attempt's body, in the open transaction.
-  AttemptStart begin_one(const AttemptRequest&, const std::string& replica, std::int64_t now);
+  // with_row false: a first attempt begun with its reservation, which lives
+  // on its intent until it ends (its attempts row is written then).
+  AttemptStart begin_one(const AttemptRequest&, const std::string& replica, std::int64_t now, bool with_row = true);
   // The open unknown escalations of an intent its answer settled.
   void settle_unknown_escalations(std::int64_t intent_id, const std::string& answer_class,
                                   const std::string& receipt, std::int64_t now);

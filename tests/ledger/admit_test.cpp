@@ -98,7 +98,11 @@ LEDGER_CONFORMANCE(admit_budget, "admit: no attempt begins past the run's budget
   REQUIRE(frozen.has_value());
   CHECK(frozen->charge.outcome == ChargeOutcome::frozen);
   CHECK_FALSE(frozen->start.has_value());
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "2\n");
+  // The two begun are in flight on their intents: no attempts row until
+  // they end.
+  CHECK(backend.query("SELECT count(*) FROM intents WHERE state = 'dispatched' AND attempts = 1 "
+                      "AND replica_id = 'replica-a'") == "2\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "0\n");
 }
 
 LEDGER_CONFORMANCE(admit_concurrent,
@@ -224,13 +228,21 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(results[1]->intent.id == results[0]->intent.id);
   CHECK(results[2]->started);
   auto id = std::to_string(results[0]->intent.id);
-  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state FROM attempts WHERE intent_id = " + id) ==
-        "1 replica-s dispatched\n");
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "2\n");
-  // The attempt is what begin_attempt would have begun: it settles as one.
+  // In flight, each attempt lives on its intent, with the replica that began
+  // it; its attempts row is written when it ends.
+  CHECK(backend.query("SELECT replica_id FROM intents WHERE id = " + id) == "replica-s\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "0\n");
+  // The attempt is what begin_attempt would have begun: it settles as one,
+  // and its row says who began it, when, and how it ended.
   auto settled = store->record_outcome(completed(results[0]->intent.id, 1));
   REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
   CHECK(settled->state == IntentState::completed);
+  CHECK_FALSE(settled->lease_until.has_value());  // reported while dispatched only
+  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state || ' ' || answer_class FROM attempts "
+                      "WHERE intent_id = " + id) == "1 replica-s answered ok\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts a JOIN intents i ON i.id = a.intent_id "
+                      "WHERE a.started_at = i.created_at AND a.finished_at IS NOT NULL AND a.intent_id = " + id) ==
+        "1\n");
   // Again for a live fingerprint: existing, nothing begun.
   auto again = with_start("s-2", "k-4");
   auto existing = store->reserve_intents({&again, 1}).front();
@@ -238,7 +250,7 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(existing->outcome == ReserveOutcome::existing);
   CHECK(!existing->started);
   CHECK(existing->intent.attempts == 1);
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "2\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "1\n");
   // Without a start: reserved, no attempt.
   auto plain = reserve_request("s-3", "k-5");
   auto reserved = store->reserve_intents({&plain, 1}).front();
@@ -353,11 +365,16 @@ LEDGER_CONFORMANCE(attempts_have_intents,
   CHECK(begun[0]->outcome == AttemptOutcome::started);
   CHECK(begun[1].error() == errc::not_found);
 
-  // 6 admissions, the reservation begun with it, 2 attempts of one intent,
-  // 1 of the batch: 10, each on an intent whose count covers its number.
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "10\n");
+  // 6 admissions (settled: their outcomes wrote their rows), 2 attempts of
+  // one intent, 1 of the batch: 9, each on an intent whose count covers its
+  // number. The reservation begun with its attempt (o-7) is in flight: its
+  // attempt lives on its intent, with the replica that began it.
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "9\n");
   CHECK(backend.query("SELECT count(*) FROM attempts a LEFT JOIN intents i ON i.id = a.intent_id "
                       "WHERE i.id IS NULL OR a.number < 1 OR a.number > i.attempts") == "0\n");
   CHECK(backend.query("SELECT count(*) FROM intents i WHERE attempts > 0 AND NOT EXISTS "
-                      "(SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "0\n");
+                      "(SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "1\n");
+  CHECK(backend.query("SELECT fingerprint || ' ' || state || ' ' || replica_id FROM intents i WHERE attempts > 0 "
+                      "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = i.id)") ==
+        "o-7 dispatched replica-s\n");
 }

@@ -39,12 +39,57 @@ std::string reaches(Backend& backend, const std::string& sql, const std::string&
   return poll_until(backend, sql, [&](const std::string& now) { return now == want; });
 }
 
+// The sessions of a migrated ledger's store pool (two at least): one for
+// the call under test, one to hold another transaction open beside it.
+std::vector<std::unique_ptr<Store>> two_sessions(Backend& backend) {
+  REQUIRE(migrate(backend.config).has_value());
+  auto stores = open_stores(backend.config);
+  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
+  REQUIRE(stores->size() >= 2);
+  return std::move(*stores);
+}
+
+// Runs `body` in a batch of `store` on a thread of its own and keeps that
+// transaction open, its locks held, until release() (or the end of the
+// scope); the batch commits then.
+class HeldBatch {
+ public:
+  template <class Body>
+  HeldBatch(Store& store, Body body)
+      : thread_([this, &store, body] {
+          store.batch(
+              [&] {
+                body();
+                opened_.set_value();
+                released_.get_future().wait();
+              },
+              Store::Calls::together);
+        }) {
+    opened_.get_future().wait();
+  }
+  HeldBatch(const HeldBatch&) = delete;
+  HeldBatch& operator=(const HeldBatch&) = delete;
+  ~HeldBatch() { release(); }
+  void release() {
+    if (!thread_.joinable()) return;
+    released_.set_value();
+    thread_.join();
+  }
+
+ private:
+  std::promise<void> opened_, released_;
+  std::thread thread_;  // last: started once the promises exist
+};
+
 }  // namespace
 
 // PostgreSQL rewrites a row in place (HOT: no index entry written) only when
 // no indexed column changed, predicates included. An outcome changes the
-// intent's state and clears its lease: neither may be in an index of
-// intents, or each outcome writes an entry into every one of them.
+// intent's state, which no index of intents may depend on, or each outcome
+// writes an entry into every one of them; it keeps the intent's lease,
+// which intents_lease_end indexes. And a first attempt begun with its
+// reservation is written to attempts once, when it ends: one insert, no
+// update.
 TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" * doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
   REQUIRE(migrate(backend->config).has_value());
@@ -63,6 +108,8 @@ TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" *
   }  // the store's session ends: its statistics reach the shared counters
   CHECK(reaches(*backend, "SELECT n_tup_upd || ',' || n_tup_hot_upd FROM pg_stat_user_tables "
                           "WHERE relname = 'intents'", "3,3\n") == "3,3\n");
+  CHECK(reaches(*backend, "SELECT n_tup_ins || ',' || n_tup_upd FROM pg_stat_user_tables "
+                          "WHERE relname = 'attempts'", "3,0\n") == "3,0\n");
 }
 
 
@@ -130,12 +177,9 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
 TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatever order they came in" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
-  REQUIRE(migrate(backend->config).has_value());
-  auto stores = open_stores(backend->config);
-  REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
-  REQUIRE(stores->size() >= 2);
-  auto& store = *stores->at(0);
-  auto& holder = *stores->at(1);
+  auto stores = two_sessions(*backend);
+  auto& store = *stores.at(0);
+  auto& holder = *stores.at(1);
   std::vector<std::int64_t> ids;
   for (int i = 0; i < 6; ++i) {
     auto fp = "order-" + std::to_string(i);
@@ -152,17 +196,7 @@ TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatev
 
   // Another session settles the middle intent and keeps its transaction
   // open (and the row locked) until told to commit.
-  std::promise<void> locked, release;
-  std::thread holding([&] {
-    holder.batch(
-        [&] {
-          (void)holder.record_outcome(completed(middle, 1));
-          locked.set_value();
-          release.get_future().wait();
-        },
-        Store::Calls::together);
-  });
-  locked.get_future().wait();
+  HeldBatch holding(holder, [&] { (void)holder.record_outcome(completed(middle, 1)); });
   std::vector<Result<Intent>> settled;
   std::thread settling([&] { settled = store.record_outcomes(round); });
   auto const waiting = reaches(*backend,
@@ -172,9 +206,8 @@ TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatev
   // The intents no transaction holds (SKIP LOCKED passes over the others).
   auto const free_ids = backend->query(
       "SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM intents FOR UPDATE SKIP LOCKED) f");
-  release.set_value();
+  holding.release();
   settling.join();
-  holding.join();
 
   CHECK(waiting == "1\n");
   CHECK(free_ids == std::to_string(ids[3]) + "," + std::to_string(ids[4]) + "," + std::to_string(ids[5]) + "\n");
@@ -185,6 +218,43 @@ TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatev
     CHECK(settled[i].has_value() == (round[i].intent_id != middle));
   }
   CHECK(backend->query("SELECT count(*) FROM intents WHERE state = 'completed'") == "6\n");
+}
+
+// The lease sweep reads the time it may reach (its horizon) with the lease
+// lock held exclusively; an admission holds it shared until it commits. So
+// a first attempt whose admission is still open (its row not visible yet,
+// its lease perhaps over already) is never passed over: the sweep waits for
+// the lock, and after lock_timeout leaves its horizon where it was. Once
+// the admission commits, the next sweep recovers the attempt. Without the
+// lock on either side the first sweep would move its horizon past that
+// lease, and no later sweep would look at it again.
+TEST_CASE("postgresql: the lease sweep never passes a first attempt whose admission is still open" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  auto stores = two_sessions(*backend);
+  auto& sweeper = *stores.at(0);
+  auto& admitter = *stores.at(1);
+  std::int64_t id = 0;
+  HeldBatch admitting(admitter, [&] {
+    auto request = reserve_request("fp-open", "key-fp-open");
+    request.start = ReserveRequest::Start{Millis(0), "replica-a"};  // over once committed
+    auto r = admitter.reserve_intents({&request, 1}).front();
+    if (r && r->started) id = r->intent.id;
+  });
+  auto const swept = sweeper.recover_expired();
+  auto const horizon = backend->query("SELECT horizon FROM lease_sweep");
+  admitting.release();
+  REQUIRE(id > 0);
+  REQUIRE_MESSAGE(swept.has_value(), swept.error().message());
+  CHECK(*swept == 0);
+  CHECK(horizon == "-infinity\n");
+  auto const again = sweeper.recover_expired();
+  REQUIRE_MESSAGE(again.has_value(), again.error().message());
+  CHECK(*again == 1);
+  CHECK(sweeper.find_intent(id)->state == IntentState::unknown);
+  CHECK(backend->query("SELECT number || ' ' || replica_id || ' ' || state || ' ' || recovered FROM attempts "
+                       "WHERE intent_id = " + std::to_string(id)) == "1 replica-a unknown true\n");
+  CHECK(backend->query("SELECT horizon > now() - interval '1 minute' FROM lease_sweep") == "t\n");
 }
 
 // The outcome functions' planner settings are their own (SET clauses): they
@@ -266,6 +336,11 @@ TEST_CASE("postgresql: attempts check no foreign key, and every attempt the ledg
   auto missing = store.begin_attempt(AttemptRequest{99999999, IntentState::reserved, 0, 3, std::chrono::minutes(1)},
                                      "replica-a");
   CHECK(missing.has_error());
+  // The first attempts begun with their reservations live on their intents
+  // until they end; their outcomes write their rows.
+  CHECK(backend->query("SELECT count(*) FROM attempts") == "3\n");
+  for (auto id : {a->intent.id, (*alone)->reservation.intent.id})
+    REQUIRE(store.record_outcome(completed(id, 1)).has_value());
   CHECK(backend->query("SELECT count(*) FROM attempts") == "5\n");
   CHECK(backend->query("SELECT count(*) FROM attempts WHERE intent_id NOT IN (SELECT id FROM intents)") == "0\n");
   CHECK(backend->query("SELECT string_agg(intent_id || ':' || number, ',' ORDER BY intent_id, number) FROM attempts") ==

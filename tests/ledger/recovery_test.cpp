@@ -24,8 +24,10 @@ using namespace std::chrono_literals;
 namespace {
 
 // Runs in the child: dispatches attempts through a plain Store (three whose
-// lease has already run out, one still live for a minute and one for 300 ms),
-// reports the intent ids on `out`, then waits to be killed.
+// lease has already run out, one still live for a minute and one for 300 ms,
+// each begun apart; then two begun with their reservations, which live on
+// their intents: one run out, one live for a minute), reports the intent
+// ids on `out`, then waits to be killed.
 [[noreturn]] void hold_dispatched(const idemgate::config::Ledger& config, int out) {
   auto stores = open_stores(config);
   if (!stores) _exit(2);
@@ -43,6 +45,15 @@ namespace {
   for (int i = 0; i < 3; ++i) dispatch("fp-crash-" + std::to_string(i), "replica-child", Millis(-1));
   dispatch("fp-crash-live", "replica-child", std::chrono::minutes(1));
   dispatch("fp-crash-short", "replica-other", Millis(300));
+  auto with_reservation = [&](const std::string& fp, Millis lease) {
+    auto request = reserve_request(fp, "key-" + fp);
+    request.start = ReserveRequest::Start{lease, "replica-child"};
+    auto reserved = store.reserve_intents({&request, 1}).front();
+    if (!reserved || !reserved->started) _exit(6);
+    ids += std::to_string(reserved->intent.id) + " ";
+  };
+  with_reservation("fp-crash-first", Millis(-1));
+  with_reservation("fp-crash-first-live", std::chrono::minutes(1));
   ids += "\n";
   if (write(out, ids.data(), ids.size()) != static_cast<ssize_t>(ids.size())) _exit(5);
   for (;;) pause();
@@ -87,7 +98,7 @@ LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts become unknown once thei
   std::vector<std::int64_t> ids;
   std::istringstream in(line);
   for (std::int64_t id; in >> id;) ids.push_back(id);
-  REQUIRE(ids.size() == 5);
+  REQUIRE(ids.size() == 7);
 
   // Reopened under the same replica id (IDEMGATE_REPLICA_ID shared by an old
   // and a new process): the id gives no right to another process's attempt.
@@ -104,6 +115,15 @@ LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts become unknown once thei
   CHECK(live->state == IntentState::dispatched);
   CHECK(live->lease_until.has_value());
   CHECK(run(ledger->find_intent(completed_id))->state == IntentState::completed);
+  // A first attempt begun with its reservation is recovered the same way,
+  // and its attempts row written then; a live one is left on its intent.
+  auto first = run(ledger->find_intent(ids[5]));
+  CHECK(first->state == IntentState::unknown);
+  CHECK(first->recovered);
+  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state FROM attempts WHERE recovered "
+                      "AND intent_id = " + std::to_string(ids[5])) == "1 replica-child unknown\n");
+  CHECK(run(ledger->find_intent(ids[6]))->state == IntentState::dispatched);
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " + std::to_string(ids[6])) == "0\n");
   // ...until the lease has run out (polled with a deadline, never a fixed sleep).
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (run(ledger->find_intent(ids[4]))->state == IntentState::dispatched) {
@@ -114,7 +134,7 @@ LEDGER_CONFORMANCE(crash_recovery, "dispatched attempts become unknown once thei
   }
   CHECK(run(ledger->find_intent(ids[4]))->state == IntentState::unknown);
   CHECK(run(ledger->find_intent(ids[3]))->state == IntentState::dispatched);
-  CHECK(backend.query("SELECT count(*) FROM attempts WHERE state = 'unknown' AND recovered") == "4\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE state = 'unknown' AND recovered") == "5\n");
   // The unknown rows are reconciled under their original key.
   auto again = run(ledger->begin_attempt(attempt_now(*ledger, ids[0])));
   REQUIRE(again.has_value());
