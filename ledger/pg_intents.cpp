@@ -229,28 +229,60 @@ Result<int> PgStore::recover_expired() {
   // that read alone, so admissions wait a moment, not for the sweep. If it
   // does not come within lock_timeout, the first attempts wait for the next
   // sweep; the attempts begun apart are recovered all the same.
+  auto const asked = std::chrono::steady_clock::now();
   auto horizon = transact([&](pqxx::transaction_base& w) {
     w.exec("SET LOCAL lock_timeout = '200ms'");
     w.exec(std::string(lease_horizon_lock));
     return w.exec("SELECT clock_timestamp()::text")[0][0].as<std::string>();
   });
+  // How long since this process last read a horizon: after the server's
+  // clock went back, the leases set since then may end before the stored
+  // horizon (below).
+  std::optional<std::chrono::steady_clock::duration> since_last;
+  if (horizon) {
+    if (last_horizon_) since_last = asked - *last_horizon_;
+    last_horizon_ = asked;
+  }
   return transact([&](pqxx::transaction_base& w) {
     if (horizon) {
-      // One sweep at a time across replicas: the horizon row is locked, and
-      // moved only forward.
-      auto const since = w.exec("SELECT horizon::text FROM lease_sweep FOR UPDATE");
-      if (!since.empty()) {
-        auto const from = q(w, since[0][0].as<std::string>()) + "::timestamptz";
-        auto const to = q(w, *horizon) + "::timestamptz";
-        // An outcome that writes its row meanwhile keeps it (ON CONFLICT):
-        // its intent is no longer dispatched, and is left alone below.
-        w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
-               "SELECT i.id, i.attempts, i.replica_id, 'dispatched', i.created_at, i.lease_until FROM intents i "
-               "WHERE i.lease_until > " + from + " AND i.lease_until <= " + to + " AND i.state = 'dispatched' "
-               "AND i.replica_id IS NOT NULL AND i.attempts = 1 "
-               "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = 1) "
-               "ON CONFLICT DO NOTHING");
-        w.exec("UPDATE lease_sweep SET horizon = " + to + " WHERE horizon < " + to);
+      auto const to = q(w, *horizon) + "::timestamptz";
+      auto const stored = w.exec("SELECT horizon::text, horizon > " + to + " FROM lease_sweep");
+      if (!stored.empty()) {
+        std::string from = q(w, stored[0][0].as<std::string>()) + "::timestamptz";
+        bool const went_back = stored[0][1].as<bool>();
+        if (went_back) {
+          // The clock is behind the horizon: a lease set since it went back
+          // may end before the horizon. Those leases were set after this
+          // process's last horizon was read (had the clock gone back before
+          // that, that sweep would have seen it), on the clock as it is now:
+          // look from that long before this horizon. A process with no
+          // earlier sweep looks at every lease.
+          from = since_last ? to + " - interval '" +
+                                  std::to_string(std::chrono::duration_cast<Millis>(*since_last).count() + 1000) +
+                                  " milliseconds'"
+                            : std::string("'-infinity'::timestamptz");
+        }
+        auto const in_range = "lease_until > " + from + " AND lease_until <= " + to;
+        // The first attempts still dispatched among them, locked in id order
+        // (the order outcomes lock intents in); one an outcome settles
+        // meanwhile is passed over once its outcome commits.
+        std::string ids;
+        for (const auto& row : w.exec("SELECT id FROM intents WHERE " + in_range + " AND state = 'dispatched' "
+                                      "AND replica_id IS NOT NULL AND attempts = 1 ORDER BY id FOR UPDATE"))
+          ids += (ids.empty() ? "" : ",") + std::string(row[0].c_str());
+        // Their rows, dispatched (a row its outcome wrote first is kept),
+        // which the recovery below turns unknown.
+        if (!ids.empty())
+          w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
+                 "SELECT id, 1, replica_id, 'dispatched', created_at, lease_until FROM intents WHERE id IN (" + ids +
+                 ") ON CONFLICT DO NOTHING");
+        // Sweeps of other replicas at the same time may cover the same
+        // leases. The horizon moves forward only past leases that ended (an
+        // idle ledger's sweep writes nothing, so commits nothing to the
+        // disk), and back with the clock.
+        w.exec(went_back ? "UPDATE lease_sweep SET horizon = " + to
+                         : "UPDATE lease_sweep SET horizon = " + to + " WHERE horizon < " + to +
+                               " AND EXISTS (SELECT 1 FROM intents WHERE " + in_range + ")");
       }
     }
     auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "

@@ -14,6 +14,7 @@
 #include "ledger/store.hpp"
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 namespace idemgate::ledger {
@@ -82,6 +83,8 @@ class PgStore final : public Store {
   // each outcome statement commits by itself without waiting for the disk.
   bool deferring_ = false;
   Millis backoff_{0};
+  // When recover_expired last read the lease sweep's horizon (steady clock).
+  std::optional<std::chrono::steady_clock::time_point> last_horizon_;
   std::chrono::steady_clock::time_point next_connect_{};
 };
 

@@ -257,6 +257,98 @@ TEST_CASE("postgresql: the lease sweep never passes a first attempt whose admiss
   CHECK(backend->query("SELECT horizon > now() - interval '1 minute' FROM lease_sweep") == "t\n");
 }
 
+// An answer that lands while the lease sweep is turning its attempt unknown
+// (the attempt's lease over, its answer late) still settles it, as it would
+// an attempt recovered earlier: the sweep holds the intent locked with the
+// attempt's row written, the outcome's statement waits for the intent and,
+// once the sweep has committed, finds the row its snapshot did not show.
+// Here the sweep is held mid-way by a second expired attempt whose own
+// answer is in a transaction kept open.
+TEST_CASE("postgresql: an answer landing while the lease sweep recovers its attempt still settles it" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  auto stores = two_sessions(*backend);
+  REQUIRE(stores.size() >= 3);
+  auto& sweeper = *stores.at(0);
+  auto& holder = *stores.at(1);
+  auto& recorder = *stores.at(2);
+  // x: a first attempt begun with its reservation; y: one begun apart. Both
+  // leases are over at once.
+  auto request = reserve_request("fp-x", "key-fp-x");
+  request.start = ReserveRequest::Start{Millis(0), "replica-a"};
+  auto x = recorder.reserve_intents({&request, 1}).front();
+  REQUIRE_MESSAGE(x.has_value(), x.error().message());
+  REQUIRE(x->started);
+  auto const y = reserve(recorder, "fp-y");
+  auto begun = recorder.begin_attempt(AttemptRequest{y, IntentState::reserved, 0, 3, Millis(0)}, "replica-a");
+  REQUIRE(begun.has_value());
+  REQUIRE(begun->outcome == AttemptOutcome::started);
+  auto const waiting = [&](const std::string& want) {
+    return reaches(*backend,
+                   "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND wait_event_type = 'Lock'",
+                   want);
+  };
+  // y's answer, its transaction open: the sweep waits for y, with x locked
+  // and its row written...
+  HeldBatch holding(holder, [&] { (void)holder.record_outcome(completed(y, 1)); });
+  Result<int> swept = 0;
+  std::thread sweeping([&] { swept = sweeper.recover_expired(); });
+  auto const sweep_waits = waiting("1\n");
+  // ...and x's answer waits for the sweep.
+  Result<Intent> answered = errc::storage_failure;
+  std::thread answering([&] { answered = recorder.record_outcome(completed(x->intent.id, 1)); });
+  auto const both_wait = waiting("2\n");
+  holding.release();
+  sweeping.join();
+  answering.join();
+  CHECK(sweep_waits == "1\n");
+  CHECK(both_wait == "2\n");
+  REQUIRE_MESSAGE(swept.has_value(), swept.error().message());
+  CHECK(*swept == 1);
+  REQUIRE_MESSAGE(answered.has_value(), answered.error().message());
+  CHECK(answered->state == IntentState::completed);
+  CHECK(backend->query("SELECT number || ' ' || state || ' ' || answer_class || ' ' || recovered FROM attempts "
+                       "WHERE intent_id = " + std::to_string(x->intent.id)) == "1 answered ok true\n");
+}
+
+// The server's clock gone back behind the stored horizon (a step back, a
+// standby whose clock is behind): the leases set since may end before the
+// horizon, and the sweep still finds them. Seen here as a horizon an hour
+// ahead of the clock: a process that swept before looks back from its new
+// horizon as far as the time since its last sweep, one that never swept
+// looks at every lease; then the horizon follows the clock back.
+TEST_CASE("postgresql: the lease sweep finds first attempts after the server's clock went back" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  auto stores = two_sessions(*backend);
+  auto& swept_before = *stores.at(0);
+  auto& fresh = *stores.at(1);
+  auto dispatch = [&](const std::string& fp) {
+    auto request = reserve_request(fp, "key-" + fp);
+    request.start = ReserveRequest::Start{Millis(0), "replica-a"};
+    auto r = swept_before.reserve_intents({&request, 1}).front();
+    REQUIRE_MESSAGE(r.has_value(), r.error().message());
+    REQUIRE(r->started);
+    return r->intent.id;
+  };
+  REQUIRE(swept_before.recover_expired().has_value());
+  // With the horizon an hour ahead, an attempt dispatched now is found by
+  // `sweeper`'s next sweep, which moves the horizon back to the clock.
+  auto const found_after_going_back = [&](Store& sweeper, const std::string& fp) {
+    backend->query("UPDATE lease_sweep SET horizon = now() + interval '1 hour'");
+    auto const id = dispatch(fp);
+    auto const swept = sweeper.recover_expired();
+    REQUIRE_MESSAGE(swept.has_value(), swept.error().message());
+    CHECK(*swept == 1);
+    CHECK(sweeper.find_intent(id)->state == IntentState::unknown);
+    CHECK(backend->query("SELECT horizon < now() + interval '1 minute' FROM lease_sweep") == "t\n");
+  };
+  found_after_going_back(swept_before, "fp-back-1");
+  found_after_going_back(fresh, "fp-back-2");
+  CHECK(backend->query("SELECT count(*) FROM attempts WHERE state = 'unknown' AND recovered") == "2\n");
+}
+
 // The outcome functions' planner settings are their own (SET clauses): they
 // end with the call, and the caller's next statement in the same transaction
 // plans as before. Their defer argument (an outcome recorded after its

@@ -27,7 +27,10 @@
 -- lease yet to be committed can precede. Admissions take a shared advisory
 -- lock and set the lease from the clock after it; the sweep takes the lock
 -- exclusively, briefly, to read that time (PgStore::recover_expired).
-ALTER TABLE intents ADD COLUMN replica_id TEXT;
+--
+-- Order: the index is built first (it holds writes to intents, not reads);
+-- the new column comes last, after the function, since adding it takes the
+-- table's exclusive lock until the commit (the change itself is instant).
 CREATE INDEX intents_lease_end ON intents (lease_until);
 CREATE TABLE lease_sweep (
   one     BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
@@ -38,7 +41,9 @@ INSERT INTO lease_sweep (horizon) VALUES ('-infinity');
 -- idemgate_settle_outcomes (version 8) with the lease kept and the first
 -- attempt's row written when it ends: f inserts the row of an attempt 1 its
 -- intent began (replica_id set) and that has none (the attempts rows the
--- statement sees are those before it: a and f never both write one).
+-- statement sees are those before it: a and f never both write one). A row
+-- the lease sweep wrote after the statement began (it settled the intent
+-- unknown, which an answer may still settle) is settled as a would have.
 CREATE OR REPLACE FUNCTION idemgate_settle_outcomes(bigint[], text[], text[], int[], bigint[], int[], text[], boolean[],
                                          int[], text[], bytea[], boolean[], int[], text[], text[], text[],
                                          boolean)
@@ -91,7 +96,10 @@ BEGIN
            u.lease_until
     FROM u
     WHERE u.o_attempt = 1 AND u.replica_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM attempts x WHERE x.intent_id = u.id AND x.number = 1)),
+      AND NOT EXISTS (SELECT 1 FROM attempts x WHERE x.intent_id = u.id AND x.number = 1)
+    ON CONFLICT (intent_id, number) DO UPDATE SET state = EXCLUDED.state, answer_class = EXCLUDED.answer_class,
+      status = EXCLUDED.status, receipt = EXCLUDED.receipt, finished_at = EXCLUDED.finished_at
+      WHERE attempts.state IN ('dispatched', 'unknown')),
   e AS (
     UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = u.o_receipt, note = u.o_note,
       resolved_at = now()
@@ -103,3 +111,4 @@ BEGIN
 END
 $function$;
 
+ALTER TABLE intents ADD COLUMN replica_id TEXT;
