@@ -41,9 +41,12 @@ INSERT INTO lease_sweep (horizon) VALUES ('-infinity');
 -- idemgate_settle_outcomes (version 8) with the lease kept and the first
 -- attempt's row written when it ends: f inserts the row of an attempt 1 its
 -- intent began (replica_id set) and that has none (the attempts rows the
--- statement sees are those before it: a and f never both write one). A row
--- the lease sweep wrote after the statement began (it settled the intent
--- unknown, which an answer may still settle) is settled as a would have.
+-- statement sees are those before it: a and f never both write one). The
+-- intents are locked first, even one alone, so that the statement's
+-- snapshot is taken after the locks: a lease sweep that held one (it locks
+-- the intent, writes the attempt's row and turns it unknown, which an
+-- answer may still settle) has committed, and its row is seen and settled
+-- by a.
 CREATE OR REPLACE FUNCTION idemgate_settle_outcomes(bigint[], text[], text[], int[], bigint[], int[], text[], boolean[],
                                          int[], text[], bytea[], boolean[], int[], text[], text[], text[],
                                          boolean)
@@ -60,9 +63,7 @@ BEGIN
   IF $17 THEN
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
-  IF cardinality($1) > 1 THEN
-    PERFORM 1 FROM intents WHERE id = ANY ($1) ORDER BY id FOR UPDATE;
-  END IF;
+  PERFORM 1 FROM intents WHERE id = ANY ($1) ORDER BY id FOR UPDATE;
   WITH v AS (
     SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
       AS v(o_id, o_state, o_class, o_status, o_retry_ms, o_waive, o_receipt, o_has_response, o_response_status,
@@ -96,10 +97,7 @@ BEGIN
            u.lease_until
     FROM u
     WHERE u.o_attempt = 1 AND u.replica_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM attempts x WHERE x.intent_id = u.id AND x.number = 1)
-    ON CONFLICT (intent_id, number) DO UPDATE SET state = EXCLUDED.state, answer_class = EXCLUDED.answer_class,
-      status = EXCLUDED.status, receipt = EXCLUDED.receipt, finished_at = EXCLUDED.finished_at
-      WHERE attempts.state IN ('dispatched', 'unknown')),
+      AND NOT EXISTS (SELECT 1 FROM attempts x WHERE x.intent_id = u.id AND x.number = 1)),
   e AS (
     UPDATE escalations SET state = 'completed', resolved_by = 'idemgate', receipt = u.o_receipt, note = u.o_note,
       resolved_at = now()
