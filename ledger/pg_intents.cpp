@@ -219,7 +219,8 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
 // intent until it ends (schema version 10): the sweep finds those whose
 // lease ended since the last sweep through intents_lease_end and writes
 // their rows, dispatched, so that one recovery turns both kinds unknown.
-// The intents are updated first, in the order outcomes lock them.
+// Every intent it will update is locked first, in id order (the order
+// outcomes lock intents in).
 Result<int> PgStore::recover_expired() {
   // The time the sweep may reach, read with the lease lock held
   // exclusively: it waits for the admissions holding the lock (their
@@ -235,47 +236,38 @@ Result<int> PgStore::recover_expired() {
     w.exec(std::string(lease_horizon_lock));
     return w.exec("SELECT clock_timestamp()::text")[0][0].as<std::string>();
   });
-  // How long since this process last read a horizon: after the server's
-  // clock went back, the leases set since then may end before the stored
-  // horizon (below).
+  // At most how long since this process's last sweep read its horizon: from
+  // before that read to after this one (a connection made meanwhile counts
+  // in). After the server's clock went back, the leases set since may end
+  // before the stored horizon (below).
   std::optional<std::chrono::steady_clock::duration> since_last;
-  if (horizon) {
-    if (last_horizon_) since_last = asked - *last_horizon_;
-    last_horizon_ = asked;
-  }
-  return transact([&](pqxx::transaction_base& w) {
+  if (horizon && last_horizon_) since_last = std::chrono::steady_clock::now() - *last_horizon_;
+  auto swept = transact([&](pqxx::transaction_base& w) {
+    // The first attempts' part, as a condition on intents (none without a
+    // horizon).
+    std::string first = "false";
+    bool went_back = false;
     if (horizon) {
       auto const to = q(w, *horizon) + "::timestamptz";
       auto const stored = w.exec("SELECT horizon::text, horizon > " + to + " FROM lease_sweep");
       if (!stored.empty()) {
         std::string from = q(w, stored[0][0].as<std::string>()) + "::timestamptz";
-        bool const went_back = stored[0][1].as<bool>();
+        went_back = stored[0][1].as<bool>();
         if (went_back) {
           // The clock is behind the horizon: a lease set since it went back
           // may end before the horizon. Those leases were set after this
-          // process's last horizon was read (had the clock gone back before
-          // that, that sweep would have seen it), on the clock as it is now:
-          // look from that long before this horizon. A process with no
-          // earlier sweep looks at every lease.
+          // process's last sweep read its horizon (had the clock gone back
+          // before that, that sweep would have seen it), on the clock as it
+          // is now: look from that long before this horizon. A process with
+          // no earlier sweep looks at every lease, however long that takes.
+          if (!since_last) w.exec("SET LOCAL statement_timeout = 0");
           from = since_last ? to + " - interval '" +
                                   std::to_string(std::chrono::duration_cast<Millis>(*since_last).count() + 1000) +
                                   " milliseconds'"
                             : std::string("'-infinity'::timestamptz");
         }
         auto const in_range = "lease_until > " + from + " AND lease_until <= " + to;
-        // The first attempts still dispatched among them, locked in id order
-        // (the order outcomes lock intents in); one an outcome settles
-        // meanwhile is passed over once its outcome commits.
-        std::string ids;
-        for (const auto& row : w.exec("SELECT id FROM intents WHERE " + in_range + " AND state = 'dispatched' "
-                                      "AND replica_id IS NOT NULL AND attempts = 1 ORDER BY id FOR UPDATE"))
-          ids += (ids.empty() ? "" : ",") + std::string(row[0].c_str());
-        // Their rows, dispatched (a row its outcome wrote first is kept),
-        // which the recovery below turns unknown.
-        if (!ids.empty())
-          w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
-                 "SELECT id, 1, replica_id, 'dispatched', created_at, lease_until FROM intents WHERE id IN (" + ids +
-                 ") ON CONFLICT DO NOTHING");
+        first = "(" + in_range + " AND replica_id IS NOT NULL AND attempts = 1)";
         // Sweeps of other replicas at the same time may cover the same
         // leases. The horizon moves forward only past leases that ended (an
         // idle ledger's sweep writes nothing, so commits nothing to the
@@ -285,15 +277,40 @@ Result<int> PgStore::recover_expired() {
                                " AND EXISTS (SELECT 1 FROM intents WHERE " + in_range + ")");
       }
     }
-    auto intents = w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
-                          "unknown_since = coalesce(unknown_since, now()), updated_at = now(), "
-                          "lease_until = NULL WHERE id IN (SELECT intent_id FROM attempts WHERE state = 'dispatched' "
-                          "AND lease_until < now()) AND state = 'dispatched' AND lease_until < now()")
-                       .affected_rows();
+    // The intents to recover, locked in id order: the first attempts among
+    // those leases still dispatched, and the intents of the attempts begun
+    // apart whose lease has passed. One an outcome settles meanwhile is
+    // passed over once that outcome commits.
+    std::string ids, firsts;
+    for (const auto& row : w.exec("SELECT id, " + first + " FROM intents WHERE id IN (SELECT id FROM intents WHERE " +
+                                  first + " UNION SELECT intent_id FROM attempts WHERE state = 'dispatched' "
+                                  "AND lease_until < now()) AND state = 'dispatched' ORDER BY id FOR UPDATE")) {
+      std::string const id = row[0].c_str();
+      ids += (ids.empty() ? "" : ",") + id;
+      if (row[1].as<bool>()) firsts += (firsts.empty() ? "" : ",") + id;
+    }
+    // The first attempts' rows, dispatched (a row its outcome wrote first
+    // is kept), which the recovery below turns unknown with the others.
+    if (!firsts.empty())
+      w.exec("INSERT INTO attempts (intent_id, number, replica_id, state, started_at, lease_until) "
+             "SELECT id, 1, replica_id, 'dispatched', created_at, lease_until FROM intents WHERE id IN (" + firsts +
+             ") ON CONFLICT DO NOTHING");
+    int intents = 0;
+    if (!ids.empty())
+      intents = static_cast<int>(
+          w.exec("UPDATE intents SET state = 'unknown', recovered = true, "
+                 "unknown_since = coalesce(unknown_since, now()), updated_at = now(), lease_until = NULL "
+                 "WHERE id IN (" + ids + ") AND id IN (SELECT intent_id FROM attempts WHERE state = 'dispatched' "
+                 "AND lease_until < now()) AND state = 'dispatched' AND lease_until < now()")
+              .affected_rows());
     w.exec("UPDATE attempts SET state = 'unknown', recovered = true, finished_at = now() "
            "WHERE state = 'dispatched' AND lease_until < now()");
-    return static_cast<int>(intents);
+    return intents;
   });
+  // Only a sweep that committed counts as one: after a failed one the next
+  // still looks back from this process's last sweep that did.
+  if (swept && horizon) last_horizon_ = asked;
+  return swept;
 }
 
 }  // namespace idemgate::ledger

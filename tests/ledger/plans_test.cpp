@@ -39,13 +39,28 @@ std::string reaches(Backend& backend, const std::string& sql, const std::string&
   return poll_until(backend, sql, [&](const std::string& now) { return now == want; });
 }
 
-// The sessions of a migrated ledger's store pool (two at least): one for
-// the call under test, one to hold another transaction open beside it.
-std::vector<std::unique_ptr<Store>> two_sessions(Backend& backend) {
+// How many sessions of the test's database wait for a lock, once `want`
+// do (or after the deadline).
+std::string lock_waits(Backend& backend, const std::string& want) {
+  return reaches(backend,
+                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND wait_event_type = 'Lock'",
+                 want);
+}
+
+// The intents no transaction holds (SKIP LOCKED passes over the others).
+std::string free_intents(Backend& backend) {
+  return backend.query(
+      "SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM intents FOR UPDATE SKIP LOCKED) f");
+}
+
+// The sessions of a migrated ledger's store pool (`at_least` of them): one
+// for the call under test, others to hold transactions open beside it.
+std::vector<std::unique_ptr<Store>> sessions(Backend& backend, std::size_t at_least = 2) {
   REQUIRE(migrate(backend.config).has_value());
   auto stores = open_stores(backend.config);
   REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
-  REQUIRE(stores->size() >= 2);
+  REQUIRE(stores->size() >= at_least);
   return std::move(*stores);
 }
 
@@ -177,7 +192,7 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
 TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatever order they came in" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
-  auto stores = two_sessions(*backend);
+  auto stores = sessions(*backend);
   auto& store = *stores.at(0);
   auto& holder = *stores.at(1);
   std::vector<std::int64_t> ids;
@@ -199,13 +214,8 @@ TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatev
   HeldBatch holding(holder, [&] { (void)holder.record_outcome(completed(middle, 1)); });
   std::vector<Result<Intent>> settled;
   std::thread settling([&] { settled = store.record_outcomes(round); });
-  auto const waiting = reaches(*backend,
-                               "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                               "AND wait_event_type = 'Lock'",
-                               "1\n");
-  // The intents no transaction holds (SKIP LOCKED passes over the others).
-  auto const free_ids = backend->query(
-      "SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM intents FOR UPDATE SKIP LOCKED) f");
+  auto const waiting = lock_waits(*backend, "1\n");
+  auto const free_ids = free_intents(*backend);
   holding.release();
   settling.join();
 
@@ -231,7 +241,7 @@ TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatev
 TEST_CASE("postgresql: the lease sweep never passes a first attempt whose admission is still open" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
-  auto stores = two_sessions(*backend);
+  auto stores = sessions(*backend);
   auto& sweeper = *stores.at(0);
   auto& admitter = *stores.at(1);
   std::int64_t id = 0;
@@ -267,8 +277,7 @@ TEST_CASE("postgresql: the lease sweep never passes a first attempt whose admiss
 TEST_CASE("postgresql: an answer landing while the lease sweep recovers its attempt still settles it" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
-  auto stores = two_sessions(*backend);
-  REQUIRE(stores.size() >= 3);
+  auto stores = sessions(*backend, 3);
   auto& sweeper = *stores.at(0);
   auto& holder = *stores.at(1);
   auto& recorder = *stores.at(2);
@@ -283,22 +292,16 @@ TEST_CASE("postgresql: an answer landing while the lease sweep recovers its atte
   auto begun = recorder.begin_attempt(AttemptRequest{y, IntentState::reserved, 0, 3, Millis(0)}, "replica-a");
   REQUIRE(begun.has_value());
   REQUIRE(begun->outcome == AttemptOutcome::started);
-  auto const waiting = [&](const std::string& want) {
-    return reaches(*backend,
-                   "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                   "AND wait_event_type = 'Lock'",
-                   want);
-  };
   // y's answer, its transaction open: the sweep waits for y, with x locked
   // and its row written...
   HeldBatch holding(holder, [&] { (void)holder.record_outcome(completed(y, 1)); });
   Result<int> swept = 0;
   std::thread sweeping([&] { swept = sweeper.recover_expired(); });
-  auto const sweep_waits = waiting("1\n");
+  auto const sweep_waits = lock_waits(*backend, "1\n");
   // ...and x's answer waits for the sweep.
   Result<Intent> answered = errc::storage_failure;
   std::thread answering([&] { answered = recorder.record_outcome(completed(x->intent.id, 1)); });
-  auto const both_wait = waiting("2\n");
+  auto const both_wait = lock_waits(*backend, "2\n");
   holding.release();
   sweeping.join();
   answering.join();
@@ -312,6 +315,47 @@ TEST_CASE("postgresql: an answer landing while the lease sweep recovers its atte
                        "WHERE intent_id = " + std::to_string(x->intent.id)) == "1 answered ok true\n");
 }
 
+// The lease sweep locks every intent it will recover in id order before it
+// writes anything, as a round of outcomes does: the first attempts it finds
+// by their lease and the intents of the attempts begun apart alike. Seen
+// from outside: with a lower intent held by another transaction (its late
+// answer), the sweep waits there holding nothing above it, where locking
+// its first attempts first would hold one that a round settling both could
+// be waiting for.
+TEST_CASE("postgresql: the lease sweep locks what it recovers in id order, as outcomes do" *
+          doctest::test_suite("db")) {
+  auto backend = idemgate::ledger::test::postgresql_backend();
+  auto stores = sessions(*backend, 3);
+  auto& sweeper = *stores.at(0);
+  auto& holder = *stores.at(1);
+  auto& store = *stores.at(2);
+  // a: an attempt begun apart; b, above it: a first attempt begun with its
+  // reservation. Both leases are over at once.
+  auto const a = reserve(store, "fp-a");
+  auto begun = store.begin_attempt(AttemptRequest{a, IntentState::reserved, 0, 3, Millis(0)}, "replica-a");
+  REQUIRE(begun.has_value());
+  REQUIRE(begun->outcome == AttemptOutcome::started);
+  auto request = reserve_request("fp-b", "key-fp-b");
+  request.start = ReserveRequest::Start{Millis(0), "replica-a"};
+  auto b = store.reserve_intents({&request, 1}).front();
+  REQUIRE_MESSAGE(b.has_value(), b.error().message());
+  REQUIRE(b->started);
+  REQUIRE(a < b->intent.id);
+  HeldBatch holding(holder, [&] { (void)holder.record_outcome(completed(a, 1)); });
+  Result<int> swept = 0;
+  std::thread sweeping([&] { swept = sweeper.recover_expired(); });
+  auto const waiting = lock_waits(*backend, "1\n");
+  auto const free_ids = free_intents(*backend);
+  holding.release();
+  sweeping.join();
+  CHECK(waiting == "1\n");
+  CHECK(free_ids == std::to_string(b->intent.id) + "\n");
+  REQUIRE_MESSAGE(swept.has_value(), swept.error().message());
+  CHECK(*swept == 1);
+  CHECK(sweeper.find_intent(a)->state == IntentState::completed);
+  CHECK(sweeper.find_intent(b->intent.id)->state == IntentState::unknown);
+}
+
 // The server's clock gone back behind the stored horizon (a step back, a
 // standby whose clock is behind): the leases set since may end before the
 // horizon, and the sweep still finds them. Seen here as a horizon an hour
@@ -321,7 +365,7 @@ TEST_CASE("postgresql: an answer landing while the lease sweep recovers its atte
 TEST_CASE("postgresql: the lease sweep finds first attempts after the server's clock went back" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
-  auto stores = two_sessions(*backend);
+  auto stores = sessions(*backend);
   auto& swept_before = *stores.at(0);
   auto& fresh = *stores.at(1);
   auto dispatch = [&](const std::string& fp) {
