@@ -8,6 +8,8 @@
 #include "ledger/transitions.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -213,6 +215,46 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
   return results;
 }
 
+namespace {
+
+// The first attempts the lease sweep looks at for the horizon `to_text` (a
+// time read under the lease lock), as a condition on intents: those whose
+// lease ended since the stored horizon, which it moves. `since_last` is at
+// most how long since this process's last completed sweep read its horizon
+// (none: no earlier sweep).
+std::string first_attempts_due(pqxx::transaction_base& w, const std::string& to_text,
+                               std::optional<std::chrono::steady_clock::duration> since_last) {
+  auto const to = q(w, to_text) + "::timestamptz";
+  auto const stored = w.exec("SELECT horizon::text, horizon > " + to + " FROM lease_sweep");
+  if (stored.empty()) return "false";
+  std::string from = q(w, stored[0][0].as<std::string>()) + "::timestamptz";
+  bool const went_back = stored[0][1].as<bool>();
+  if (went_back) {
+    // The clock is behind the horizon: a lease set since it went back may
+    // end before the horizon. Those leases were set after this process's
+    // last sweep read its horizon (had the clock gone back before that, that
+    // sweep would have seen it), on the clock as it is now: look from that
+    // long before this horizon. A process with no earlier sweep looks at
+    // every lease, however long that takes.
+    if (!since_last) w.exec("SET LOCAL statement_timeout = 0");
+    from = since_last ? to + " - interval '" +
+                            std::to_string(std::chrono::duration_cast<Millis>(*since_last).count() + 1000) +
+                            " milliseconds'"
+                      : std::string("'-infinity'::timestamptz");
+  }
+  auto const in_range = "lease_until > " + from + " AND lease_until <= " + to;
+  // Sweeps of other replicas at the same time may cover the same leases.
+  // The horizon moves forward only past leases that ended (an idle ledger's
+  // sweep writes nothing, so commits nothing to the disk), and back with the
+  // clock.
+  w.exec(went_back ? "UPDATE lease_sweep SET horizon = " + to
+                   : "UPDATE lease_sweep SET horizon = " + to + " WHERE horizon < " + to +
+                         " AND EXISTS (SELECT 1 FROM intents WHERE " + in_range + ")");
+  return "(" + in_range + " AND replica_id IS NOT NULL AND attempts = 1)";
+}
+
+}  // namespace
+
 // What is in flight is found two ways. An attempt begun apart (a retry, an
 // attempt after an approval) has its attempts row, dispatched, in
 // attempts_lease. A first attempt begun with its reservation lives on its
@@ -245,38 +287,7 @@ Result<int> PgStore::recover_expired() {
   auto swept = transact([&](pqxx::transaction_base& w) {
     // The first attempts' part, as a condition on intents (none without a
     // horizon).
-    std::string first = "false";
-    bool went_back = false;
-    if (horizon) {
-      auto const to = q(w, *horizon) + "::timestamptz";
-      auto const stored = w.exec("SELECT horizon::text, horizon > " + to + " FROM lease_sweep");
-      if (!stored.empty()) {
-        std::string from = q(w, stored[0][0].as<std::string>()) + "::timestamptz";
-        went_back = stored[0][1].as<bool>();
-        if (went_back) {
-          // The clock is behind the horizon: a lease set since it went back
-          // may end before the horizon. Those leases were set after this
-          // process's last sweep read its horizon (had the clock gone back
-          // before that, that sweep would have seen it), on the clock as it
-          // is now: look from that long before this horizon. A process with
-          // no earlier sweep looks at every lease, however long that takes.
-          if (!since_last) w.exec("SET LOCAL statement_timeout = 0");
-          from = since_last ? to + " - interval '" +
-                                  std::to_string(std::chrono::duration_cast<Millis>(*since_last).count() + 1000) +
-                                  " milliseconds'"
-                            : std::string("'-infinity'::timestamptz");
-        }
-        auto const in_range = "lease_until > " + from + " AND lease_until <= " + to;
-        first = "(" + in_range + " AND replica_id IS NOT NULL AND attempts = 1)";
-        // Sweeps of other replicas at the same time may cover the same
-        // leases. The horizon moves forward only past leases that ended (an
-        // idle ledger's sweep writes nothing, so commits nothing to the
-        // disk), and back with the clock.
-        w.exec(went_back ? "UPDATE lease_sweep SET horizon = " + to
-                         : "UPDATE lease_sweep SET horizon = " + to + " WHERE horizon < " + to +
-                               " AND EXISTS (SELECT 1 FROM intents WHERE " + in_range + ")");
-      }
-    }
+    auto const first = horizon ? first_attempts_due(w, *horizon, since_last) : std::string("false");
     // The intents to recover, locked in id order: the first attempts among
     // those leases still dispatched, and the intents of the attempts begun
     // apart whose lease has passed. One an outcome settles meanwhile is

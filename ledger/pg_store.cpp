@@ -89,8 +89,8 @@ std::string outcomes_call(std::string_view function) {
 // order) that get in, each with attempt 1 begun when its $9 is set (lease
 // $10 ms from the clock once the lease lock is held, never before it;
 // replica $11: the attempt lives on its intent until it ends), come back as
-// reserved_columns; the others
-// conflict. The insert hands on only what that answer needs (what a
+// reserved_columns; the others conflict. The insert hands on only what that
+// answer needs (what a
 // data-modifying CTE keeps of its rows is copied, and RETURNING * would copy
 // the request snapshot), and the server's own times are one value, now().
 std::string reserve_intents_sql() {
