@@ -1,0 +1,7 @@
+-- idemgate ledger, SQLite, version 11: nothing to change.
+--
+-- On PostgreSQL this version redefines the outcome function so that it looks
+-- for a first attempt's row by both columns of its key whatever the table
+-- held when its plan was made. SQLite's outcome looks for it in a statement
+-- of its own for each outcome, by both columns. The version is kept so that
+-- both backends number their schemas alike.
