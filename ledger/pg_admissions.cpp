@@ -45,9 +45,18 @@ Intent read_reserved(const pqxx::row& row, const ReserveRequest& r) {
 
 }  // namespace
 
+// A fresh insert (reserve_intents_sql) that a live fingerprint refused makes
+// this many of the store's next reservation statements careful: one refusal
+// costs a rerun, and while retries keep coming each batch pays ON CONFLICT's
+// price instead of a rerun.
+constexpr int careful_after_refusal = 64;
+
 std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
   std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
-  auto batch = transact([&](pqxx::transaction_base& w) {
+  // Set when a fresh insert failed on a live fingerprint: nothing of the
+  // statement is written, and the whole reservation runs again carefully.
+  bool refused = false;
+  auto reserve = [&](pqxx::transaction_base& w) {
     std::vector<Result<Reservation>> done = results;
     // Valid requests in (scope, fingerprint) order: concurrent batches then
     // take the unique-index locks in the same order and cannot deadlock.
@@ -115,7 +124,11 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         if (!replica.empty() && replica != requests[i].start->replica) throw Abort{errc::invalid_argument};
         replica = requests[i].start->replica;
       }
-    auto insert = [&](const std::vector<std::size_t>& which) {
+    // `which` names each fingerprint once. Fresh unless told otherwise or
+    // after a refusal: a live fingerprint among them fails the statement.
+    auto insert = [&](const std::vector<std::size_t>& which, bool careful) {
+      careful = careful || careful_reservations_ > 0;
+      if (careful_reservations_ > 0) --careful_reservations_;
       using Of = ArrayParam::Of;
       ArrayParam run(Of::text), tool(Of::text), scope(Of::text), fingerprint(Of::text), key(Of::text),
           snapshot(Of::text), window_ms(Of::int8), ttl_ms(Of::int8), start(Of::boolean), lease_ms(Of::int8);
@@ -138,9 +151,19 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       // it: the same order the lock order above relies on).
       std::map<std::tuple<std::string_view, std::string_view, std::string_view>, std::size_t> request_of;
       for (auto i : which) request_of.try_emplace({requests[i].scope, requests[i].fingerprint, requests[i].key}, i);
-      for (const auto& row : w.exec_prepared("reserve_intents", run.param(), tool.param(), scope.param(),
-                                             fingerprint.param(), key.param(), snapshot.param(), window_ms.param(),
-                                             ttl_ms.param(), start.param(), lease_ms.param(), replica)) {
+      pqxx::result inserted_rows;
+      try {
+        inserted_rows = w.exec_prepared(careful ? "reserve_intents" : "reserve_intents_fresh", run.param(),
+                                        tool.param(), scope.param(), fingerprint.param(), key.param(),
+                                        snapshot.param(), window_ms.param(), ttl_ms.param(), start.param(),
+                                        lease_ms.param(), replica);
+      } catch (const pqxx::unique_violation&) {
+        if (careful) throw;
+        careful_reservations_ = careful_after_refusal;
+        refused = true;
+        throw Abort{errc::conflict};
+      }
+      for (const auto& row : inserted_rows) {
         auto const field = [&](int c) { return std::string_view(row[c].c_str(), row[c].size()); };
         auto found = request_of.find({field(1), field(2), field(3)});
         if (found == request_of.end()) throw Abort{errc::storage_failure};  // not a row this batch sent
@@ -159,7 +182,14 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
           rest.push_back(i);
       return rest;
     };
-    insert(live);
+    // live is in (scope, fingerprint) order: its first request of each
+    // fingerprint is the one inserted, the others are "existing" (below).
+    std::vector<std::size_t> firsts;
+    for (auto i : live)
+      if (firsts.empty() || requests[firsts.back()].scope != requests[i].scope ||
+          requests[firsts.back()].fingerprint != requests[i].fingerprint)
+        firsts.push_back(i);
+    insert(firsts, false);
     if (auto rest = conflicted(); !rest.empty()) {
       // A live intent whose window has passed and that holds no unresolved
       // dispatch gives its fingerprint up to the new reservation.
@@ -168,7 +198,7 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
                                                          IntentState::denied, IntentState::retryable}) +
                                " AND (scope, fingerprint) IN (" + join(rest, pair_of) + ")")
                             .affected_rows();
-      if (superseded) insert(rest);
+      if (superseded) insert(rest, true);
       if (auto existing = conflicted(); !existing.empty())
         for (const auto& row :
              w.exec(select_intents("NOT superseded AND (scope, fingerprint) IN (" + join(existing, pair_of) + ")"))) {
@@ -218,7 +248,13 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       }
     }
     return done;
-  });
+  };
+  auto batch = transact(reserve);
+  // Refused fresh: run it again carefully, here when what failed was this
+  // call's own transaction or savepoint. In a batch without savepoints the
+  // whole batch failed with errc::conflict, and the ledger runs it again
+  // (Ledger::run_batch); its reservation is careful then.
+  if (refused && !batch && !(batch_ && batch_->together)) batch = transact(reserve);
   if (!batch) {
     for (auto& r : results) r = batch.error();
     return results;
@@ -299,6 +335,8 @@ Result<Admission> PgStore::finish_admission(const AdmitRequest& a, AdmitFirst fi
     ReserveRequest again = r;
     if (counted && a.first_attempt && a.first_attempt->max_attempts > 0)
       again.start = ReserveRequest::Start{a.first_attempt->lease, a.first_attempt->replica};
+    // Careful: a fresh insert would be refused.
+    careful_reservations_ = std::max(careful_reservations_, 1);
     auto reserved = std::move(reserve_intents({&again, 1}).front());
     if (!reserved) return Result<Admission>(reserved.error());
     admission.reservation = std::move(*reserved);
