@@ -338,8 +338,11 @@ error_code Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& ba
     // One caller's steps (an admission alone), or admissions alone, share
     // their fate: no savepoints. A deadlock or serialisation failure rolled
     // all of it back: run it again, as a savepoint would have, a bounded
-    // number of times.
-    for (int tries = 0; tries < 3; ++tries) {
+    // number of times. So does a PostgreSQL reservation inserted fresh that
+    // a live fingerprint refused (PgStore::reserve_intents), at most once:
+    // the store's next reservations are careful. One try more than the
+    // three a deadlock may take, so that a refusal takes none of those.
+    for (int tries = 0; tries < 4; ++tries) {
       failed = store.batch(body, Store::Calls::together, durability);
       if (failed != errc::conflict) break;
     }

@@ -46,15 +46,19 @@ Intent read_reserved(const pqxx::row& row, const ReserveRequest& r) {
 }  // namespace
 
 // A fresh insert (reserve_intents_sql) that a live fingerprint refused makes
-// this many of the store's next reservation statements careful: one refusal
-// costs a rerun, and while retries keep coming each batch pays ON CONFLICT's
-// price instead of a rerun.
+// this many of the store's next reservations careful: one refusal costs a
+// rerun, and while retries keep coming each batch pays ON CONFLICT's price
+// instead of a rerun.
 constexpr int careful_after_refusal = 64;
 
 std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const ReserveRequest> requests) {
   std::vector<Result<Reservation>> results(requests.size(), error_code(errc::invalid_argument));
-  // Set when a fresh insert failed on a live fingerprint: nothing of the
-  // statement is written, and the whole reservation runs again carefully.
+  // Careful from the start (decided once for the call: a body run again
+  // after a deadlock is careful or fresh alike), or once a fresh insert
+  // failed on a live fingerprint: nothing of the statement is written, and
+  // the whole reservation runs again carefully (refused).
+  bool careful = careful_reservations_ > 0;
+  if (careful) --careful_reservations_;
   bool refused = false;
   auto reserve = [&](pqxx::transaction_base& w) {
     std::vector<Result<Reservation>> done = results;
@@ -124,11 +128,10 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         if (!replica.empty() && replica != requests[i].start->replica) throw Abort{errc::invalid_argument};
         replica = requests[i].start->replica;
       }
-    // `which` names each fingerprint once. Fresh unless told otherwise or
-    // after a refusal: a live fingerprint among them fails the statement.
-    auto insert = [&](const std::vector<std::size_t>& which, bool careful) {
-      careful = careful || careful_reservations_ > 0;
-      if (careful_reservations_ > 0) --careful_reservations_;
+    // `which` names each fingerprint once. Fresh unless the call is careful
+    // or `over_live` (a superseded fingerprint's new row): a live fingerprint
+    // among them fails the statement.
+    auto insert = [&](const std::vector<std::size_t>& which, bool over_live) {
       using Of = ArrayParam::Of;
       ArrayParam run(Of::text), tool(Of::text), scope(Of::text), fingerprint(Of::text), key(Of::text),
           snapshot(Of::text), window_ms(Of::int8), ttl_ms(Of::int8), start(Of::boolean), lease_ms(Of::int8);
@@ -153,14 +156,14 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       for (auto i : which) request_of.try_emplace({requests[i].scope, requests[i].fingerprint, requests[i].key}, i);
       pqxx::result inserted_rows;
       try {
-        inserted_rows = w.exec_prepared(careful ? "reserve_intents" : "reserve_intents_fresh", run.param(),
-                                        tool.param(), scope.param(), fingerprint.param(), key.param(),
+        inserted_rows = w.exec_prepared(careful || over_live ? "reserve_intents" : "reserve_intents_fresh",
+                                        run.param(), tool.param(), scope.param(), fingerprint.param(), key.param(),
                                         snapshot.param(), window_ms.param(), ttl_ms.param(), start.param(),
                                         lease_ms.param(), replica);
       } catch (const pqxx::unique_violation&) {
-        if (careful) throw;
+        if (careful || over_live) throw;
+        careful = refused = true;
         careful_reservations_ = careful_after_refusal;
-        refused = true;
         throw Abort{errc::conflict};
       }
       for (const auto& row : inserted_rows) {
@@ -253,7 +256,8 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
   // Refused fresh: run it again carefully, here when what failed was this
   // call's own transaction or savepoint. In a batch without savepoints the
   // whole batch failed with errc::conflict, and the ledger runs it again
-  // (Ledger::run_batch); its reservation is careful then.
+  // (Ledger::run_batch); its reservation is careful then (the store's next
+  // ones are).
   if (refused && !batch && !(batch_ && batch_->together)) batch = transact(reserve);
   if (!batch) {
     for (auto& r : results) r = batch.error();

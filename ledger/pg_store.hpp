@@ -83,8 +83,8 @@ class PgStore final : public Store {
   // each outcome statement commits by itself without waiting for the disk.
   bool deferring_ = false;
   Millis backoff_{0};
-  // How many of the next reservation statements pass over live fingerprints
-  // (ON CONFLICT) instead of inserting fresh: set after a fresh insert was
+  // How many of the next reservations pass over live fingerprints (ON
+  // CONFLICT) instead of inserting fresh: set after a fresh insert was
   // refused, so that a run of retries does not fail one batch after another
   // (reserve_intents).
   int careful_reservations_ = 0;

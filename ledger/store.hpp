@@ -86,7 +86,10 @@ class Store {
   // Reserves each request, all in one transaction (group commit). For each
   // scope+fingerprint exactly one caller across all processes gets
   // ReserveOutcome::reserved; the others get the live row. Results are in
-  // request order; a failed transaction fails every request.
+  // request order; a failed transaction fails every request. In a batch
+  // with Calls::together it may fail the batch with errc::conflict, nothing
+  // written, when a fingerprint is live already (PostgreSQL inserts fresh
+  // first): run the batch again, and its reservations pass over live rows.
   virtual std::vector<Result<Reservation>> reserve_intents(
       std::span<const ReserveRequest> requests) = 0;
 
