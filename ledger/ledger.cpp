@@ -80,6 +80,12 @@ std::size_t Ledger::queued() {
   return queue_.size();
 }
 
+std::uint64_t Ledger::reservation_reruns() const noexcept {
+  std::uint64_t reruns = 0;
+  for (const auto& store : stores_) reruns += store->reservation_reruns();
+  return reruns;
+}
+
 bool Ledger::enqueue(std::unique_ptr<Job> job) {
   error_code why;
   bool wake = true;

@@ -213,6 +213,9 @@ class Ledger {
   Awaitable<int> recover_expired();
 
   const LedgerStats& stats() const noexcept { return stats_; }
+  // Reservations run again after a fresh insert was refused, every store's
+  // (Store::reservation_reruns).
+  std::uint64_t reservation_reruns() const noexcept;
   // Calls waiting for a worker now (a gauge for /metrics).
   std::size_t queued();
   const LedgerOptions& options() const noexcept { return options_; }

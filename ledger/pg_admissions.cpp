@@ -164,6 +164,7 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
         if (careful || over_live) throw;
         careful = refused = true;
         careful_reservations_ = careful_after_refusal;
+        reservation_reruns_.fetch_add(1, std::memory_order_relaxed);
         throw Abort{errc::conflict};
       }
       for (const auto& row : inserted_rows) {

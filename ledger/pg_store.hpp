@@ -13,6 +13,7 @@
 
 #include "ledger/store.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ class PgStore final : public Store {
                                                    const std::string& replica) override;
   std::vector<Result<RunCharge>> count_calls(std::span<const ChargeRequest> requests) override;
   bool concurrent_writers() const noexcept override { return true; }
+  std::uint64_t reservation_reruns() const noexcept override {
+    return reservation_reruns_.load(std::memory_order_relaxed);
+  }
   std::optional<Result<Admission>> admit_alone(const AdmitRequest&) override;
   Result<Admission> finish_admission(const AdmitRequest&, AdmitFirst) override;
   Result<Intent> record_outcome(const Outcome&) override;
@@ -88,6 +92,7 @@ class PgStore final : public Store {
   // refused, so that a run of retries does not fail one batch after another
   // (reserve_intents).
   int careful_reservations_ = 0;
+  std::atomic<std::uint64_t> reservation_reruns_{0};  // the refusals that made them careful
   // When recover_expired last read the lease sweep's horizon (steady clock).
   std::optional<std::chrono::steady_clock::time_point> last_horizon_;
   std::chrono::steady_clock::time_point next_connect_{};

@@ -67,6 +67,10 @@ class Store {
   // True when two connections can write at once without one waiting for
   // the other's commit (PostgreSQL row locks; not SQLite's database lock).
   virtual bool concurrent_writers() const noexcept { return false; }
+  // Reservations this store ran again after inserting them fresh was
+  // refused by a live fingerprint (PostgreSQL, reserve_intents); read from
+  // any thread.
+  virtual std::uint64_t reservation_reruns() const noexcept { return 0; }
 
   // A lone admission (Ledger::admit with nothing else queued) as the store
   // does it fastest: the run charge, the reservation and, when the charge

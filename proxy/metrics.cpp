@@ -159,6 +159,9 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
     w.single("idemgate_ledger_reservations_total", "counter", "Intents reserved.", load(ls.reservations));
     w.single("idemgate_ledger_direct_admissions_total", "counter",
              "Lone admissions written from the network thread itself (PostgreSQL).", load(ls.direct_admissions));
+    w.single("idemgate_ledger_reservation_reruns_total", "counter",
+             "Reservations run again after a live fingerprint refused their fresh insert (PostgreSQL).",
+             static_cast<double>(ledger.reservation_reruns()));
     w.histogram("idemgate_ledger_call_duration_seconds", "Ledger calls from enqueue to result, commit included.",
                 {&ls.latency});
   }

@@ -314,6 +314,9 @@ TEST_CASE("postgresql: a reservation inserts fresh, a live fingerprint costs one
 
   CHECK(backend->query("SELECT count(*) FROM intents WHERE fingerprint = 'fp-live'") == "1\n");
   CHECK(backend->query("SELECT count(*) FROM intents") == "70\n");
+  // Each refusal is counted by its store (idemgate_ledger_reservation_reruns_total).
+  CHECK(store.reservation_reruns() == 2);
+  CHECK(other.reservation_reruns() == 1);
   stores.clear();  // the sessions end: their statistics reach the shared counters
   // Two refused statements in the first session, one in the second (its
   // batch's transaction).
