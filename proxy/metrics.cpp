@@ -193,6 +193,9 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
              static_cast<double>(src.server->config_reloads.load(std::memory_order_relaxed)));
     w.single("idemgate_config_reload_failures_total", "counter", "Config reloads refused (the old config was kept).",
              static_cast<double>(src.server->config_reload_failures.load(std::memory_order_relaxed)));
+    w.single("idemgate_lease_sweep_failures_total", "counter",
+             "Sweeps for attempts whose lease ended (every second) that failed: nothing recovered then.",
+             static_cast<double>(src.server->lease_sweep_failures.load(std::memory_order_relaxed)));
   }
   if (src.sweeper) {
     w.single("idemgate_sweeper_passes_total", "counter", "Escalation sweeper passes over the ledger's unknowns.",

@@ -26,6 +26,7 @@ class Worker;
 struct ServerStats {
   std::atomic<std::uint64_t> config_reloads{0};
   std::atomic<std::uint64_t> config_reload_failures{0};
+  std::atomic<std::uint64_t> lease_sweep_failures{0};  // sweeps of expired leases that failed
 };
 
 // The escalation webhook's counters.

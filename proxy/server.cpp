@@ -71,14 +71,34 @@ std::string redacted_url(const std::string& url) {
 // dispatched; once the attempt's own lease (the dispatching process's
 // deadlines, recorded with it) has passed, it becomes unknown and the next
 // retry reconciles it. A live lease is never touched.
-Task<void> sweep_expired_leases(ledger::Ledger& ledger, const bool& draining) {
+// Every second: attempts whose lease ended become unknown (any process's).
+// A sweep that fails recovers nothing until one succeeds: counted, and
+// logged when the failures start and then at most once a minute (with how
+// many failed since the last line), and when sweeps succeed again.
+Task<void> sweep_expired_leases(ledger::Ledger& ledger, const bool& draining, ServerStats& stats) {
   SteadyTimer timer(co_await asio::this_coro::executor);
+  std::uint64_t failed = 0, unlogged = 0;
+  std::chrono::steady_clock::time_point logged{};
   for (;;) {
     timer.expires_after(std::chrono::seconds(1));
     auto [ec] = co_await timer.async_wait(asio::as_tuple(use_task));
     if (ec || draining) co_return;
     auto recovered = co_await ledger.recover_expired();
-    if (recovered && *recovered > 0) log_event("recovered_expired_attempts", {{"intents", *recovered}});
+    if (!recovered) {
+      stats.lease_sweep_failures.fetch_add(1, std::memory_order_relaxed);
+      ++failed;
+      ++unlogged;
+      auto const now = std::chrono::steady_clock::now();
+      if (failed == 1 || now - logged >= std::chrono::minutes(1)) {
+        log_event("lease_sweep_failed", {{"error", recovered.error().message()}, {"failures", unlogged}});
+        logged = now;
+        unlogged = 0;
+      }
+      continue;
+    }
+    if (failed) log_event("lease_sweep_recovered", {{"failures", failed}});
+    failed = unlogged = 0;
+    if (*recovered > 0) log_event("recovered_expired_attempts", {{"intents", *recovered}});
   }
 }
 
@@ -283,7 +303,7 @@ int serve(std::shared_ptr<const config::Config> cfg, const ServeOptions& options
     signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
-  asio::co_spawn(main_ioc, sweep_expired_leases(**ledger, draining),
+  asio::co_spawn(main_ioc, sweep_expired_leases(**ledger, draining, server_stats),
                  [](std::exception_ptr e) { log_exception("sweep_expired_leases", e); });
   // Announced only now: a SIGHUP or SIGTERM sent as soon as the port is known
   // must find the handlers installed.

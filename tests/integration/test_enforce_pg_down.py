@@ -5,13 +5,15 @@ began, the answer is the provider's outcome (or a wait), never "nothing was
 sent". Uses its own throwaway PostgreSQL (scripts/pg) so stopping it cannot
 disturb other tests."""
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from enforce_common import call, make_config, new_run  # noqa: E402
+from admin_common import AdminProxy, admin_config  # noqa: E402
+from enforce_common import call, new_run  # noqa: E402
 from harness import Proxy, wait_until  # noqa: E402
 from provider import Provider  # noqa: E402
 from unknown_common import (UnknownAssertions, config, dispatch_in_background, ops,  # noqa: E402
@@ -35,7 +37,9 @@ class PostgresDownTest(UnknownAssertions, unittest.TestCase):
 
     def test_stopped_postgres_fails_closed_then_recovers(self):
         with Provider() as provider:
-            proxy = Proxy(make_config(provider.port, self.url)).start()
+            directory = tempfile.mkdtemp(prefix="idemgate-admin.")
+            self.addCleanup(shutil.rmtree, directory, True)
+            proxy = AdminProxy(admin_config(provider.port, self.url, directory), directory).start()
             self.addCleanup(proxy.stop)
             run = new_run()
             ok = call(proxy, "POST", provider.url("/v1/charges"), dict(CHARGE, n=1), run=run)
@@ -55,6 +59,17 @@ class PostgresDownTest(UnknownAssertions, unittest.TestCase):
             self.assertEqual(twice.json()["reason_code"], "policy_deny")
             self.assertIsNone(twice.headers.get("retry-after"))
             self.assertEqual(len(provider.writes()), 1)
+            # The lease sweep (every second) fails while the ledger is away:
+            # counted each time, said once when it starts failing.
+            def events(name):
+                return [line for line in proxy.log_lines() if line.get("event") == name]
+
+            def sweep_failures():
+                text = proxy.admin("GET", "/metrics").body.decode()
+                lines = [l for l in text.splitlines() if l.startswith("idemgate_lease_sweep_failures_total ")]
+                return float(lines[0].split()[-1]) if lines else 0
+            wait_until(lambda: sweep_failures() >= 2, 15, "two failed lease sweeps")
+            self.assertEqual(len(events("lease_sweep_failed")), 1)
 
             self.pgctl("start")
 
@@ -64,6 +79,15 @@ class PostgresDownTest(UnknownAssertions, unittest.TestCase):
 
             wait_until(dispatched_again, 30, "the proxy to use PostgreSQL again")
             self.assertEqual(len(provider.effects_snapshot()), 2)
+            # And says when sweeps succeed again, with how many failed.
+            wait_until(lambda: events("lease_sweep_recovered"), 15, "a lease_sweep_recovered line")
+            failed = events("lease_sweep_failed")
+            recovered = events("lease_sweep_recovered")
+            self.assertEqual(len(recovered), 1, recovered)
+            self.assertGreaterEqual(recovered[0]["failures"], 2)
+            self.assertEqual(len(failed), 1, failed)  # under a minute down: one line
+            self.assertEqual(failed[0]["failures"], 1)
+            self.assertTrue(failed[0]["error"])
 
     # PostgreSQL stops after an attempt began: the provider has the charge,
     # the ledger cannot record it. Never "nothing was sent", never a 5xx for
