@@ -63,7 +63,7 @@ Result<Escalation> PgStore::resolve_escalation(const ResolveRequest& r) {
       bool complete = r.resolution == Resolution::complete;
       std::string receipt = r.receipt.empty() ? "" : ", receipt = " + q(w, r.receipt);
       auto settled =
-          w.exec("UPDATE intents SET state = " +
+          w.exec(keep_first_attempts(std::to_string(*escalation.intent_id)) + "UPDATE intents SET state = " +
                  q(w, to_string(complete ? IntentState::completed : IntentState::denied)) +
                  receipt + ", unknown_since = NULL, updated_at = now() WHERE id = " +
                  std::to_string(*escalation.intent_id) + " AND " +

@@ -22,7 +22,10 @@ Result<AttemptStart> PgStore::begin_attempt(const AttemptRequest& r, const std::
     // Compare-and-set: concurrent callers (any replica) serialise on the row
     // lock and re-check the guard against what their verdict was made from,
     // so one of them moves it to dispatched and the others decide again.
+    // A retry of an answered first attempt kept on its intent writes that
+    // attempt's row first, in the same round trip.
     auto changed = w.exec(
+        (r.expected_attempts == 1 ? keep_first_attempts(id) : std::string()) +
         "UPDATE intents SET state = 'dispatched', attempts = attempts + 1, updated_at = now(), "
         "lease_until = " + lease + " WHERE id = " + id + " AND state = " + q(w, to_string(r.expected_state)) +
         " AND attempts = " + std::to_string(r.expected_attempts) +
@@ -49,16 +52,19 @@ std::vector<Result<AttemptStart>> PgStore::begin_attempts(std::span<const Attemp
   auto batch = transact([&](pqxx::transaction_base& w) {
     // begin_attempt's compare-and-set for many intents: one UPDATE, one
     // INSERT of the attempts, one read back, whatever the count.
-    std::string values, ids;
+    std::string values, seconds;
     for (const auto& r : requests) {
       values += (values.empty() ? "(" : ",(") + std::to_string(r.intent_id) + "::bigint," +
                 q(w, to_string(r.expected_state)) + "," + std::to_string(r.expected_attempts) + "," +
                 std::to_string(r.max_attempts) + "," + std::to_string(r.lease.count()) + "::bigint)";
-      ids += (ids.empty() ? "" : ",") + std::to_string(r.intent_id);
+      if (r.expected_attempts == 1) seconds += (seconds.empty() ? "" : ",") + std::to_string(r.intent_id);
     }
+    // (idemgate_keep_first_attempts writes its rows in id order, whatever
+    // order the ids come in: callers sharing intents wait in one order.)
     std::map<std::int64_t, int> started;
     std::map<std::int64_t, Intent> now;
     for (const auto& row : w.exec(
+             (seconds.empty() ? std::string() : keep_first_attempts(seconds)) +
              "WITH v(id, expected_state, expected_attempts, max_attempts, lease_ms) AS (VALUES " + values +
              "), begun AS (UPDATE intents SET state = 'dispatched', attempts = intents.attempts + 1, "
              "updated_at = now(), lease_until = now() + v.lease_ms * interval '1 millisecond' FROM v "

@@ -97,6 +97,14 @@ inline std::string select_intents(std::string_view where) {
   return s;
 }
 
+// A statement, to send before (and with) one that changes these intents
+// (`ids`, comma-separated): writes the attempts rows of the answered first
+// attempts they keep (schema version 12, idemgate_keep_first_attempts).
+// Only an intent with one attempt can keep one.
+inline std::string keep_first_attempts(std::string_view ids) {
+  return "SELECT idemgate_keep_first_attempts(ARRAY[" + std::string(ids) + "]::bigint[]); ";
+}
+
 // Intent `id` as it is now; Abort{not_found} when there is none.
 inline Intent load_intent(pqxx::transaction_base& w, std::int64_t id) {
   auto rows = w.exec(select_intents("id = " + std::to_string(id)));

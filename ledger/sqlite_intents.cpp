@@ -102,6 +102,9 @@ Result<AttemptStart> SqliteStore::begin_attempt(const AttemptRequest& r, const s
 AttemptStart SqliteStore::begin_one(const AttemptRequest& r, const std::string& replica, std::int64_t now,
                                     bool with_row) {
   {
+    // A retry of an answered first attempt kept on its intent: its row
+    // first, from the intent as that attempt left it.
+    if (with_row && r.expected_attempts == 1) keep_first_attempt(r.intent_id);
     auto lease_until = now + r.lease.count();
     Statement update(db_, sql("UPDATE intents SET state = 'dispatched', attempts = attempts + 1, "
                               "lease_until = ?4, updated_at = ?1, replica_id = coalesce(?7, replica_id) "
@@ -141,11 +144,20 @@ AttemptStart SqliteStore::begin_one(const AttemptRequest& r, const std::string& 
   }
 }
 
+void SqliteStore::keep_first_attempt(std::int64_t intent_id) {
+  Statement(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, answer_class, status, receipt, "
+                 "recovered, started_at, finished_at, lease_until) SELECT * FROM attempts_on_intents "
+                 "WHERE intent_id = ?")
+      .bind(1, intent_id)
+      .run();
+}
+
 Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
   return transact(Lock::write, [&] {
     auto now = now_epoch_ms();
     bool with_attempt = o.attempt > 0;
     auto sources = settle_sources(o.state, with_attempt);
+    if (!with_attempt) keep_first_attempt(o.intent_id);  // a refusal of a retryable intent
     std::string text =
         "UPDATE intents SET state = ?1, answer_class = ?2, status = ?3, "
         "receipt = CASE WHEN ?4 = '' THEN receipt ELSE ?4 END, updated_at = ?5, "
@@ -177,7 +189,8 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
     }
     if (with_attempt) {
       // The attempt's row, or (a first attempt begun with its reservation,
-      // which has none yet) the row written now that it ends.
+      // which has none yet) the row written now that it ends unknown. One
+      // answered stays on its intent (attempts_on_intents).
       // ?1-?5 how it ended, ?6 its intent.
       auto ended = [&](Statement& s) -> Statement& {
         return s.bind(1, to_string(o.state == IntentState::unknown ? AttemptState::unknown : AttemptState::answered))
@@ -190,7 +203,8 @@ Result<Intent> SqliteStore::record_outcome(const Outcome& o) {
       Statement update(db_, "UPDATE attempts SET state = ?1, answer_class = ?2, status = ?3, receipt = ?4, "
                             "finished_at = ?5 WHERE intent_id = ?6 AND number = ?7 "
                             "AND state IN ('dispatched', 'unknown')");
-      if (ended(update).bind(7, std::int64_t{o.attempt}).run() == 0 && o.attempt == 1) {
+      if (ended(update).bind(7, std::int64_t{o.attempt}).run() == 0 && o.attempt == 1 &&
+          o.state == IntentState::unknown) {
         Statement insert(db_, "INSERT INTO attempts (intent_id, number, replica_id, state, answer_class, status, "
                               "receipt, started_at, finished_at, lease_until) SELECT id, 1, replica_id, ?1, ?2, ?3, "
                               "?4, created_at, ?5, lease_until FROM intents WHERE id = ?6 AND replica_id IS NOT NULL "

@@ -136,6 +136,7 @@ Result<Escalation> SqliteStore::resolve_escalation(const ResolveRequest& r) {
     if (changed == 0) throw Abort{errc::illegal_transition};
     if (escalation.intent_id && r.resolution != Resolution::approve) {
       bool complete = r.resolution == Resolution::complete;
+      keep_first_attempt(*escalation.intent_id);
       int settled =
           Statement(db_, sql("UPDATE intents SET state = ?, receipt = CASE WHEN ? = '' THEN "
                              "receipt ELSE ? END, unknown_since = NULL, updated_at = ? "

@@ -65,6 +65,11 @@ class SqliteStore final : public Store {
   // with_row false: a first attempt begun with its reservation, which lives
   // on its intent until it ends (its attempts row is written then).
   AttemptStart begin_one(const AttemptRequest&, const std::string& replica, std::int64_t now, bool with_row = true);
+  // Writes the attempts row of the answered first attempt an intent keeps
+  // (attempts_on_intents, schema version 12), if it keeps one: called before
+  // anything changes that intent (a second attempt, a refusal without an
+  // attempt, an operator's resolution).
+  void keep_first_attempt(std::int64_t intent_id);
   // The open unknown escalations of an intent its answer settled.
   void settle_unknown_escalations(std::int64_t intent_id, const std::string& answer_class,
                                   const std::string& receipt, std::int64_t now);

@@ -60,8 +60,11 @@ LEDGER_CONFORMANCE(admit_one_commit, "admit: charge, reservation and first attem
   CHECK(!a.reservation.intent.request_snapshot.empty());
   // One transaction for the admission, one for the outcome.
   CHECK(ledger->stats().batches == 2);
-  CHECK(backend.query("SELECT replica_id FROM attempts") == "replica-a\n");
-  CHECK(backend.query("SELECT state FROM attempts") == "answered\n");
+  // Answered, the first attempt stays on its intent (no attempts row);
+  // attempt_history shows it.
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "0\n");
+  CHECK(backend.query("SELECT replica_id FROM attempt_history") == "replica-a\n");
+  CHECK(backend.query("SELECT state FROM attempt_history") == "answered\n");
 
   // The same payload again: the live intent, no charge-free start.
   RequestSnapshot snapshot;
@@ -71,7 +74,7 @@ LEDGER_CONFORMANCE(admit_one_commit, "admit: charge, reservation and first attem
   CHECK(again->reservation.intent.state == IntentState::completed);
   CHECK_FALSE(again->start.has_value());
   CHECK(again->charge.calls == 2);
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "1\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "1\n");
 }
 
 LEDGER_CONFORMANCE(admit_budget, "admit: no attempt begins past the run's budget or in a frozen run") {
@@ -139,7 +142,7 @@ LEDGER_CONFORMANCE(admit_concurrent,
   auto batches = ledger->stats().batches.load();
   auto jobs = ledger->stats().batched_jobs.load();
   CHECK(run(ledger->find_run("run-1"))->calls == 80);
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "65\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "65\n");
   CHECK(jobs == 80 + 65);
   CHECK(batches < jobs);  // fewer durable commits than calls
   MESSAGE(backend.name() << ": 80 admissions + 65 outcomes in " << batches << " transactions ("
@@ -233,14 +236,15 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(backend.query("SELECT replica_id FROM intents WHERE id = " + id) == "replica-s\n");
   CHECK(backend.query("SELECT count(*) FROM attempts") == "0\n");
   // The attempt is what begin_attempt would have begun: it settles as one,
-  // and its row says who began it, when, and how it ended.
+  // and its history (on its intent, answered) says who began it, when, and
+  // how it ended.
   auto settled = store->record_outcome(completed(results[0]->intent.id, 1));
   REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
   CHECK(settled->state == IntentState::completed);
   CHECK_FALSE(settled->lease_until.has_value());  // reported while dispatched only
-  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state || ' ' || answer_class FROM attempts "
-                      "WHERE intent_id = " + id) == "1 replica-s answered ok\n");
-  CHECK(backend.query("SELECT count(*) FROM attempts a JOIN intents i ON i.id = a.intent_id "
+  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state || ' ' || answer_class "
+                      "FROM attempt_history WHERE intent_id = " + id) == "1 replica-s answered ok\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history a JOIN intents i ON i.id = a.intent_id "
                       "WHERE a.started_at = i.created_at AND a.finished_at IS NOT NULL AND a.intent_id = " + id) ==
         "1\n");
   // Again for a live fingerprint: existing, nothing begun.
@@ -250,7 +254,7 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(existing->outcome == ReserveOutcome::existing);
   CHECK(!existing->started);
   CHECK(existing->intent.attempts == 1);
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "1\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "1\n");
   // Without a start: reserved, no attempt.
   auto plain = reserve_request("s-3", "k-5");
   auto reserved = store->reserve_intents({&plain, 1}).front();
@@ -365,16 +369,18 @@ LEDGER_CONFORMANCE(attempts_have_intents,
   CHECK(begun[0]->outcome == AttemptOutcome::started);
   CHECK(begun[1].error() == errc::not_found);
 
-  // 6 admissions (settled: their outcomes wrote their rows), 2 attempts of
-  // one intent, 1 of the batch: 9, each on an intent whose count covers its
-  // number. The reservation begun with its attempt (o-7) is in flight: its
-  // attempt lives on its intent, with the replica that began it.
-  CHECK(backend.query("SELECT count(*) FROM attempts") == "9\n");
-  CHECK(backend.query("SELECT count(*) FROM attempts a LEFT JOIN intents i ON i.id = a.intent_id "
+  // 6 admissions (settled, answered: their attempts stay on their
+  // intents), 2 attempts of one intent and 1 of the batch (rows): 9 in the
+  // history, each on an intent whose count covers its number. The
+  // reservation begun with its attempt (o-7) is in flight: its attempt lives
+  // on its intent, with the replica that began it.
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "3\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "9\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history a LEFT JOIN intents i ON i.id = a.intent_id "
                       "WHERE i.id IS NULL OR a.number < 1 OR a.number > i.attempts") == "0\n");
   CHECK(backend.query("SELECT count(*) FROM intents i WHERE attempts > 0 AND NOT EXISTS "
-                      "(SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "1\n");
+                      "(SELECT 1 FROM attempt_history a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "1\n");
   CHECK(backend.query("SELECT fingerprint || ' ' || state || ' ' || replica_id FROM intents i WHERE attempts > 0 "
-                      "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = i.id)") ==
+                      "AND NOT EXISTS (SELECT 1 FROM attempt_history a WHERE a.intent_id = i.id)") ==
         "o-7 dispatched replica-s\n");
 }

@@ -18,8 +18,8 @@ using namespace idemgate::ledger::test;
 // intent's state, which no index of intents may depend on, or each outcome
 // writes an entry into every one of them; it keeps the intent's lease,
 // which intents_lease_end indexes. And a first attempt begun with its
-// reservation is written to attempts once, when it ends: one insert, no
-// update.
+// reservation writes its attempts row only if it ends unknown (one insert,
+// no update); answered, it stays on its intent (schema version 12).
 TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" * doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
   REQUIRE(migrate(backend->config).has_value());
@@ -27,16 +27,25 @@ TEST_CASE("postgresql: an outcome rewrites its intent in place (a HOT update)" *
     auto stores = open_stores(backend->config);
     REQUIRE_MESSAGE(stores.has_value(), stores.error().message());
     auto& store = *stores->front();
-    for (const std::string fp : {"fp-1", "fp-2", "fp-3"}) {
+    for (const std::string fp : {"fp-1", "fp-2", "fp-3", "fp-4"}) {
       auto r = reserve_started(store, fp);
       REQUIRE(r.started);
-      REQUIRE(store.record_outcome(completed(r.intent.id, 1)).has_value());
+      auto outcome = completed(r.intent.id, 1);
+      if (fp == "fp-4") {
+        outcome.state = IntentState::unknown;
+        outcome.answer_class = "timeout";
+        outcome.receipt.clear();
+      }
+      REQUIRE(store.record_outcome(outcome).has_value());
     }
   }  // the store's session ends: its statistics reach the shared counters
+  // The answered ones in place (the unknown one sets unknown_since, which
+  // intents_unknown indexes).
   CHECK(reaches(*backend, "SELECT n_tup_upd || ',' || n_tup_hot_upd FROM pg_stat_user_tables "
-                          "WHERE relname = 'intents'", "3,3\n") == "3,3\n");
+                          "WHERE relname = 'intents'", "4,3\n") == "4,3\n");
+  // The unknown one's row alone: the answered ones stay on their intents.
   CHECK(reaches(*backend, "SELECT n_tup_ins || ',' || n_tup_upd FROM pg_stat_user_tables "
-                          "WHERE relname = 'attempts'", "3,0\n") == "3,0\n");
+                          "WHERE relname = 'attempts'", "1,0\n") == "1,0\n");
 }
 
 // A prepared statement's generic plan is made at its sixth execution, from
@@ -89,8 +98,9 @@ TEST_CASE("postgresql: outcomes find their intents by index on a ledger that sta
   CHECK(backend->query(scans) == "0\n");
 }
 
-// An outcome that ends a first attempt begun with its reservation writes the
-// attempt's row unless one is there (a lease sweep wrote it). Schema version
+// An outcome that ends a first attempt begun with its reservation unknown
+// writes the attempt's row unless one is there (a lease sweep wrote it;
+// answered, since version 12, it writes none and looks for none). Version
 // 10 asked with an anti-join, and the function's generic plan, made at its
 // first call while attempts was small, could read every first attempt's
 // entry of the primary key for each outcome: a round's cost grew with the
@@ -104,7 +114,11 @@ TEST_CASE("postgresql: an outcome looks for its first attempt's row by both keys
   auto round = [&](const std::string& name, int count, bool after_answer) {
     std::vector<Outcome> outcomes;
     for (int i = 0; i < count; ++i) {
+      // Unknown: an answered first attempt writes no row and so looks for none.
       outcomes.push_back(completed(reserve_started(store, name + "-" + std::to_string(i)).intent.id, 1));
+      outcomes.back().state = IntentState::unknown;
+      outcomes.back().answer_class = "timeout";
+      outcomes.back().receipt.clear();
       outcomes.back().after_answer = after_answer;
     }
     std::vector<Result<Intent>> settled;
@@ -264,13 +278,15 @@ TEST_CASE("postgresql: attempts check no foreign key, and every attempt the ledg
                                      "replica-a");
   CHECK(missing.has_error());
   // The first attempts begun with their reservations live on their intents
-  // until they end; their outcomes write their rows.
+  // until they end, and answered they stay there (attempt_history).
   CHECK(backend->query("SELECT count(*) FROM attempts") == "3\n");
   for (auto id : {a->intent.id, (*alone)->reservation.intent.id})
     REQUIRE(store.record_outcome(completed(id, 1)).has_value());
-  CHECK(backend->query("SELECT count(*) FROM attempts") == "5\n");
-  CHECK(backend->query("SELECT count(*) FROM attempts WHERE intent_id NOT IN (SELECT id FROM intents)") == "0\n");
-  CHECK(backend->query("SELECT string_agg(intent_id || ':' || number, ',' ORDER BY intent_id, number) FROM attempts") ==
+  CHECK(backend->query("SELECT count(*) FROM attempts") == "3\n");
+  CHECK(backend->query("SELECT count(*) FROM attempt_history WHERE intent_id NOT IN (SELECT id FROM intents)") ==
+        "0\n");
+  CHECK(backend->query("SELECT string_agg(intent_id || ':' || number, ',' ORDER BY intent_id, number) "
+                       "FROM attempt_history") ==
         std::to_string(a->intent.id) + ":1," + std::to_string((*alone)->reservation.intent.id) + ":1," +
             std::to_string(c->intent.id) + ":1," + std::to_string(c->intent.id) + ":2," +
             std::to_string(d->intent.id) + ":1\n");
