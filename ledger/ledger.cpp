@@ -86,6 +86,12 @@ std::uint64_t Ledger::reservation_reruns() const noexcept {
   return reruns;
 }
 
+std::uint64_t Ledger::horizon_misses() const noexcept {
+  std::uint64_t misses = 0;
+  for (const auto& store : stores_) misses += store->horizon_misses();
+  return misses;
+}
+
 bool Ledger::enqueue(std::unique_ptr<Job> job) {
   error_code why;
   bool wake = true;

@@ -216,6 +216,9 @@ class Ledger {
   // Reservations run again after a fresh insert was refused, every store's
   // (Store::reservation_reruns).
   std::uint64_t reservation_reruns() const noexcept;
+  // Lease sweeps committed without their horizon, every store's
+  // (Store::horizon_misses).
+  std::uint64_t horizon_misses() const noexcept;
   // Calls waiting for a worker now (a gauge for /metrics).
   std::size_t queued();
   const LedgerOptions& options() const noexcept { return options_; }

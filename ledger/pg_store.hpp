@@ -37,6 +37,7 @@ class PgStore final : public Store {
   std::uint64_t reservation_reruns() const noexcept override {
     return reservation_reruns_.load(std::memory_order_relaxed);
   }
+  std::uint64_t horizon_misses() const noexcept override { return horizon_misses_.load(std::memory_order_relaxed); }
   std::optional<Result<Admission>> admit_alone(const AdmitRequest&) override;
   Result<Admission> finish_admission(const AdmitRequest&, AdmitFirst) override;
   Result<Intent> record_outcome(const Outcome&) override;
@@ -93,6 +94,7 @@ class PgStore final : public Store {
   // (reserve_intents).
   int careful_reservations_ = 0;
   std::atomic<std::uint64_t> reservation_reruns_{0};  // the refusals that made them careful
+  std::atomic<std::uint64_t> horizon_misses_{0};      // sweeps committed without their horizon
   // When recover_expired last read the lease sweep's horizon (steady clock).
   std::optional<std::chrono::steady_clock::time_point> last_horizon_;
   std::chrono::steady_clock::time_point next_connect_{};

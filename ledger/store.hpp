@@ -71,6 +71,11 @@ class Store {
   // refused by a live fingerprint (PostgreSQL, reserve_intents); read from
   // any thread.
   virtual std::uint64_t reservation_reruns() const noexcept { return 0; }
+  // Lease sweeps this store committed without reading their horizon
+  // (PostgreSQL, recover_expired: the lease lock did not come within its
+  // lock_timeout while admissions held it): their first attempts begun with
+  // their reservations wait for the next sweep. Read from any thread.
+  virtual std::uint64_t horizon_misses() const noexcept { return 0; }
 
   // A lone admission (Ledger::admit with nothing else queued) as the store
   // does it fastest: the run charge, the reservation and, when the charge

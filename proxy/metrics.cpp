@@ -162,6 +162,10 @@ std::string render_metrics(const MetricsSources& src, const ledger::Signals* sig
     w.single("idemgate_ledger_reservation_reruns_total", "counter",
              "Reservations run again after a live fingerprint refused their fresh insert (PostgreSQL).",
              static_cast<double>(ledger.reservation_reruns()));
+    w.single("idemgate_lease_sweep_horizon_misses_total", "counter",
+             "Lease sweeps committed without reading their horizon in time (PostgreSQL): the first attempts "
+             "begun with their reservations wait for the next sweep.",
+             static_cast<double>(ledger.horizon_misses()));
     w.histogram("idemgate_ledger_call_duration_seconds", "Ledger calls from enqueue to result, commit included.",
                 {&ls.latency});
   }

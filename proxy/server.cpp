@@ -125,6 +125,7 @@ boost::json::object process_totals(const std::vector<std::unique_ptr<Worker>>& w
           {"ledger_reservations", l.reservations.load(std::memory_order_relaxed)},
           {"ledger_direct_admissions", l.direct_admissions.load(std::memory_order_relaxed)},
           {"ledger_reservation_reruns", ledger.reservation_reruns()},
+          {"ledger_lease_horizon_misses", ledger.horizon_misses()},
           {"ledger_queue_full", l.busy_rejections.load(std::memory_order_relaxed)},
           {"log_lines", log.lines},
           {"log_lines_dropped", log.dropped}};

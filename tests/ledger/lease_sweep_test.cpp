@@ -39,9 +39,11 @@ TEST_CASE("postgresql: the lease sweep never passes a first attempt whose admiss
   REQUIRE_MESSAGE(swept.has_value(), swept.error().message());
   CHECK(*swept == 0);
   CHECK(horizon == "-infinity\n");
+  CHECK(sweeper.horizon_misses() == 1);  // said (idemgate_lease_sweep_horizon_misses_total)
   auto const again = sweeper.recover_expired();
   REQUIRE_MESSAGE(again.has_value(), again.error().message());
   CHECK(*again == 1);
+  CHECK(sweeper.horizon_misses() == 1);
   CHECK(sweeper.find_intent(id)->state == IntentState::unknown);
   CHECK(backend->query("SELECT number || ' ' || replica_id || ' ' || state || ' ' || recovered FROM attempts "
                        "WHERE intent_id = " + std::to_string(id)) == "1 replica-a unknown true\n");
