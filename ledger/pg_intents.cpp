@@ -327,7 +327,10 @@ Result<int> PgStore::recover_expired() {
   // Only a sweep that committed counts as one: after a failed one the next
   // still looks back from this process's last sweep that did.
   if (swept && horizon) last_horizon_ = asked;
-  if (swept && !horizon) horizon_misses_.fetch_add(1, std::memory_order_relaxed);
+  // A horizon the lease lock (or the statement) timed out for: not one
+  // whose connection failed, which the sweep's own failure or the
+  // reconnect says.
+  if (swept && !horizon && horizon.error() == errc::busy) horizon_misses_.fetch_add(1, std::memory_order_relaxed);
   return swept;
 }
 

@@ -73,8 +73,9 @@ class Store {
   virtual std::uint64_t reservation_reruns() const noexcept { return 0; }
   // Lease sweeps this store committed without reading their horizon
   // (PostgreSQL, recover_expired: the lease lock did not come within its
-  // lock_timeout while admissions held it): their first attempts begun with
-  // their reservations wait for the next sweep. Read from any thread.
+  // lock_timeout, or the statement timeout if that is shorter, while
+  // admissions held it): their first attempts begun with their reservations
+  // wait for the next sweep. Read from any thread.
   virtual std::uint64_t horizon_misses() const noexcept { return 0; }
 
   // A lone admission (Ledger::admit with nothing else queued) as the store

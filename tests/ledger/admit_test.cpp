@@ -254,7 +254,9 @@ LEDGER_CONFORMANCE(reserve_with_start,
   CHECK(existing->outcome == ReserveOutcome::existing);
   CHECK(!existing->started);
   CHECK(existing->intent.attempts == 1);
-  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "1\n");
+  // s-1's answered, s-2's still in flight (both on their intents).
+  CHECK(backend.query("SELECT count(*) FROM attempts") == "0\n");
+  CHECK(backend.query("SELECT state FROM attempt_history ORDER BY intent_id") == "answered\ndispatched\n");
   // Without a start: reserved, no attempt.
   auto plain = reserve_request("s-3", "k-5");
   auto reserved = store->reserve_intents({&plain, 1}).front();
@@ -370,17 +372,19 @@ LEDGER_CONFORMANCE(attempts_have_intents,
   CHECK(begun[1].error() == errc::not_found);
 
   // 6 admissions (settled, answered: their attempts stay on their
-  // intents), 2 attempts of one intent and 1 of the batch (rows): 9 in the
-  // history, each on an intent whose count covers its number. The
-  // reservation begun with its attempt (o-7) is in flight: its attempt lives
-  // on its intent, with the replica that began it.
+  // intents), 2 attempts of one intent and 1 of the batch (rows), and the
+  // reservation begun with its attempt (o-7), in flight on its intent, with
+  // the replica that began it: 10 in the history, each on an intent whose
+  // count covers its number, every intent's current attempt among them.
   CHECK(backend.query("SELECT count(*) FROM attempts") == "3\n");
-  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "9\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history") == "10\n");
   CHECK(backend.query("SELECT count(*) FROM attempt_history a LEFT JOIN intents i ON i.id = a.intent_id "
                       "WHERE i.id IS NULL OR a.number < 1 OR a.number > i.attempts") == "0\n");
   CHECK(backend.query("SELECT count(*) FROM intents i WHERE attempts > 0 AND NOT EXISTS "
-                      "(SELECT 1 FROM attempt_history a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "1\n");
-  CHECK(backend.query("SELECT fingerprint || ' ' || state || ' ' || replica_id FROM intents i WHERE attempts > 0 "
-                      "AND NOT EXISTS (SELECT 1 FROM attempt_history a WHERE a.intent_id = i.id)") ==
-        "o-7 dispatched replica-s\n");
+                      "(SELECT 1 FROM attempt_history a WHERE a.intent_id = i.id AND a.number = i.attempts)") == "0\n");
+  CHECK(backend.query("SELECT fingerprint || ' ' || a.number || ' ' || a.state || ' ' || a.replica_id FROM intents i "
+                      "JOIN attempt_history a ON a.intent_id = i.id WHERE a.finished_at IS NULL ORDER BY i.id") ==
+        "o-7 1 dispatched replica-s\no-8 2 dispatched replica-b\no-9 1 dispatched replica-c\n");
+  CHECK(backend.query("SELECT count(*) FROM attempts WHERE intent_id = " + std::to_string(reserved[0]->intent.id)) ==
+        "0\n");  // o-7's lives on its intent
 }

@@ -71,8 +71,16 @@ LEDGER_CONFORMANCE(history_on_intent, "an answered first attempt stays on its in
   CHECK(backend.query("SELECT count(*) FROM attempt_history a JOIN intents i ON i.id = a.intent_id "
                       "WHERE a.started_at = i.created_at AND a.finished_at = i.updated_at "
                       "AND a.lease_until = i.lease_until AND NOT a.recovered") == "1\n");
-  // Unknown, it has its row at once (what reconciles it updates that row).
+  // In flight, it is in the history too: dispatched, its lease, no finish.
   auto const unknown = started(*store, "h-2");
+  CHECK(backend.query("SELECT number || ' ' || replica_id || ' ' || state || ' ' || answer_class || ' ' || "
+                      "coalesce(status, 0) || ' ' || receipt || ' ' || CASE WHEN finished_at IS NULL THEN 'open' "
+                      "ELSE 'ended' END FROM attempt_history WHERE intent_id = " + text(unknown)) ==
+        "1 replica-a dispatched  0  open\n");
+  CHECK(backend.query("SELECT count(*) FROM attempt_history a JOIN intents i ON i.id = a.intent_id "
+                      "WHERE a.started_at = i.created_at AND a.lease_until = i.lease_until AND NOT a.recovered "
+                      "AND a.intent_id = " + text(unknown)) == "1\n");
+  // Unknown, it has its row at once (what reconciles it updates that row).
   auto lost = completed(unknown, 1);
   lost.state = IntentState::unknown;
   lost.answer_class = "timeout";
