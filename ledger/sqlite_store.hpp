@@ -63,7 +63,8 @@ class SqliteStore final : public Store {
   Reservation reserve_one(const ReserveRequest&, std::int64_t now);
   // begin_attempt's body, in the open transaction.
   // with_row false: a first attempt begun with its reservation, which lives
-  // on its intent until it ends (its attempts row is written then).
+  // on its intent (its attempts row is written when it ends unknown, or,
+  // answered, when something changes its intent: keep_first_attempt).
   AttemptStart begin_one(const AttemptRequest&, const std::string& replica, std::int64_t now, bool with_row = true);
   // Writes the attempts row of the answered first attempt an intent keeps
   // (attempts_on_intents, schema version 12), if it keeps one: called before
