@@ -80,17 +80,15 @@ std::size_t Ledger::queued() {
   return queue_.size();
 }
 
-std::uint64_t Ledger::reservation_reruns() const noexcept {
-  std::uint64_t reruns = 0;
-  for (const auto& store : stores_) reruns += store->reservation_reruns();
-  return reruns;
+std::uint64_t Ledger::stores_total(std::uint64_t (Store::*count)() const noexcept) const noexcept {
+  std::uint64_t total = 0;
+  for (const auto& store : stores_) total += (*store.*count)();
+  return total;
 }
 
-std::uint64_t Ledger::horizon_misses() const noexcept {
-  std::uint64_t misses = 0;
-  for (const auto& store : stores_) misses += store->horizon_misses();
-  return misses;
-}
+std::uint64_t Ledger::reservation_reruns() const noexcept { return stores_total(&Store::reservation_reruns); }
+
+std::uint64_t Ledger::horizon_misses() const noexcept { return stores_total(&Store::horizon_misses); }
 
 bool Ledger::enqueue(std::unique_ptr<Job> job) {
   error_code why;

@@ -247,6 +247,8 @@ class Ledger {
   };
 
  private:
+  // A counter of every store's, summed (read from any thread).
+  std::uint64_t stores_total(std::uint64_t (Store::*count)() const noexcept) const noexcept;
   template <class T, class Op>
   Awaitable<T> call(Order order, Op op);
   // Enqueues a JobT<Handler>(request, handler, stats) answering `Value`:

@@ -70,11 +70,11 @@ std::string redacted_url(const std::string& url) {
 // A process that died mid-dispatch (or lost the answer) leaves its attempt
 // dispatched; once the attempt's own lease (the dispatching process's
 // deadlines, recorded with it) has passed, it becomes unknown and the next
-// retry reconciles it. A live lease is never touched.
-// Every second: attempts whose lease ended become unknown (any process's).
-// A sweep that fails recovers nothing until one succeeds: counted, and
-// logged when the failures start and then at most once a minute (with how
-// many failed since the last line), and when sweeps succeed again.
+// retry reconciles it. A live lease is never touched. Swept every second,
+// any process's attempts. A sweep that fails recovers nothing until one
+// succeeds: counted, and logged when the failures start and then at most
+// once a minute (with how many failed since the last line), and when sweeps
+// succeed again.
 Task<void> sweep_expired_leases(ledger::Ledger& ledger, const bool& draining, ServerStats& stats) {
   SteadyTimer timer(co_await asio::this_coro::executor);
   std::uint64_t failed = 0, unlogged = 0;

@@ -41,6 +41,17 @@ void answer_retryable(Store& store, std::int64_t id, const std::string& receipt 
   REQUIRE(settled->state == IntentState::retryable);
 }
 
+// A refusal of intent `id` before a dispatch: denied, no attempt of its own.
+Outcome refusal(std::int64_t id) {
+  Outcome o;
+  o.intent_id = id;
+  o.attempt = 0;
+  o.state = IntentState::denied;
+  o.answer_class = "validation";
+  o.status = 422;
+  return o;
+}
+
 std::string text(std::int64_t id) { return std::to_string(id); }
 
 // The first attempt's row, as its number, replica, state, class, status and
@@ -152,13 +163,7 @@ LEDGER_CONFORMANCE(history_refusal, "a refusal of a retryable intent keeps its f
   auto const id = started(*store, "h-7");
   answer_retryable(*store, id);
   auto const finished = updated_at(backend, id);
-  Outcome refused;
-  refused.intent_id = id;
-  refused.attempt = 0;  // refused before a dispatch: no attempt of its own
-  refused.state = IntentState::denied;
-  refused.answer_class = "validation";
-  refused.status = 422;
-  auto denied = store->record_outcome(refused);
+  auto denied = store->record_outcome(refusal(id));
   REQUIRE_MESSAGE(denied.has_value(), denied.error().message());
   CHECK(denied->state == IntentState::denied);
   CHECK(denied->answer_class == "validation");
@@ -248,17 +253,11 @@ TEST_CASE("postgresql: a refusal beside a retry of a kept first attempt waits fo
   REQUIRE(retry.exec("SET deadlock_timeout = '20ms'") == "");
   REQUIRE(retry.exec("BEGIN") == "");
   REQUIRE(retry.exec("SELECT idemgate_keep_first_attempts(ARRAY[" + text(id) + "]::bigint[])") == "");
-  auto refusal = std::async(std::launch::async, [&] {
-    Outcome refused;
-    refused.intent_id = id;
-    refused.state = IntentState::denied;
-    refused.answer_class = "validation";
-    return store.record_outcome(refused);
-  });
+  auto refused_async = std::async(std::launch::async, [&] { return store.record_outcome(refusal(id)); });
   CHECK(lock_waits(*backend, "1\n") == "1\n");  // on the retry's row
   CHECK(retry.exec("UPDATE intents SET state = 'dispatched', attempts = 2 WHERE id = " + text(id)) == "");
   CHECK(retry.exec("COMMIT") == "");
-  auto refused = refusal.get();
+  auto refused = refused_async.get();
   REQUIRE(refused.has_error());
   CHECK(refused.error() == errc::illegal_transition);  // dispatched by the retry meanwhile
   CHECK(backend->query("SELECT number || ' ' || state || ' ' || answer_class FROM attempts") ==
