@@ -93,6 +93,15 @@ class Watcher {
   virtual void done(std::unique_ptr<Watcher> self, Result<T> result) = 0;
 };
 
+// A Watcher of the record of the outcome it holds (Ledger::record_outcome
+// with a watcher). The ledger reads the outcome there, in place, and leaves
+// it as it was given (but redacted) for a watcher that records it again: no
+// copy of a whole answer per try.
+class OutcomeWatcher : public Watcher<void> {
+ public:
+  Outcome outcome;
+};
+
 struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
   std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::queue_full
@@ -160,10 +169,11 @@ class Ledger {
   Awaitable<AttemptStart> begin_attempt(AttemptRequest request);
   // The response is redacted and capped at response_cap before it is stored.
   Awaitable<Intent> record_outcome(Outcome outcome);
-  // The same for a caller that does not wait: `watcher` is told whether it
-  // was recorded (and why not), on `executor`; a record kept in the
-  // background costs no coroutine, and no Intent is handed back.
-  void record_outcome(Outcome outcome, Executor executor, std::unique_ptr<Watcher<void>> watcher);
+  // The same for a caller that does not wait, of the outcome `watcher`
+  // holds: it is told whether it was recorded (and why not), on `executor`;
+  // a record kept in the background costs no coroutine, and no Intent is
+  // handed back.
+  void record_outcome(Executor executor, std::unique_ptr<OutcomeWatcher> watcher);
   // What record_outcome stores of the response, done now (for a caller that
   // shows it before it is recorded); this ledger's record_outcome then
   // leaves it as it is (Outcome::redacted_by), any other ledger's redacts it

@@ -140,12 +140,13 @@ class WatcherHandler {
 
 }  // namespace
 
-void Ledger::record_outcome(Outcome outcome, Executor executor, std::unique_ptr<Watcher<void>> watcher) {
+void Ledger::record_outcome(Executor executor, std::unique_ptr<OutcomeWatcher> watcher) {
   stats_.calls.fetch_add(1, std::memory_order_relaxed);
+  auto& outcome = watcher->outcome;  // where it is: the job owns the watcher
   redact(outcome);
   using Handler = WatcherHandler<void>;
-  enqueue(std::make_unique<WatchedOutcomeJob<Handler>>(
-      std::move(outcome), Handler(std::move(executor), std::move(watcher)), stats_));
+  enqueue(std::make_unique<WatchedOutcomeJob<Handler>>(outcome, Handler(std::move(executor), std::move(watcher)),
+                                                       stats_));
 }
 
 Awaitable<Intent> Ledger::mark_unknown(std::int64_t intent_id, int attempt) {

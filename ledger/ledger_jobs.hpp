@@ -35,23 +35,23 @@ class Ledger::Job {
   // Non-null for a reservation: the reservations of a batch are one
   // multi-row statement, whose results come back through keep().
   virtual ReserveRequest* reservation() noexcept { return nullptr; }
-  virtual void keep(Result<Reservation>) {}
+  virtual void keep(Result<Reservation>&&) {}
   // Non-null for a run charge: the charges of a batch are one
   // Store::count_calls, whose results come back through keep_charge().
   virtual ChargeRequest* charge() noexcept { return nullptr; }
-  virtual void keep_charge(Result<RunCharge>) {}
+  virtual void keep_charge(Result<RunCharge>&&) {}
   // Non-null for an outcome: the outcomes of a batch are one
   // Store::record_outcomes, whose results come back through keep_outcome().
   virtual Outcome* outcome() noexcept { return nullptr; }
-  virtual void keep_outcome(Result<Intent>) {}
+  virtual void keep_outcome(Result<Intent>&&) {}
   // After the reservations and the charges: the attempt to begin, if any
   // (one Store::begin_attempts for the batch), its result to keep_start().
   virtual std::optional<AttemptRequest> first_attempt() { return std::nullopt; }
   // Non-null for an admission: alone in its batch it may be done whole by
   // Store::admit_alone, whose result comes back through keep_admission().
   virtual const AdmitRequest* admission() const noexcept { return nullptr; }
-  virtual void keep_admission(Result<Admission>) {}
-  virtual void keep_start(Result<AttemptStart>) {}
+  virtual void keep_admission(Result<Admission>&&) {}
+  virtual void keep_start(Result<AttemptStart>&&) {}
   // More than one Store call: needs a transaction even when alone.
   virtual bool multi_step() const noexcept { return false; }
   // The writer lane of a call that locks rows: outcomes (1) are written
@@ -145,7 +145,7 @@ class ReserveJob final : public OneCallJob<ReserveRequest, Reservation, Handler>
                                                          std::move(request), std::move(handler), stats) {}
   void run(Store& store) override { keep(std::move(store.reserve_intents({&this->request_, 1}).front())); }
   ReserveRequest* reservation() noexcept override { return &this->request_; }
-  void keep(Result<Reservation> result) override { this->result_.emplace(std::move(result)); }
+  void keep(Result<Reservation>&& result) override { this->result_.emplace(std::move(result)); }
 };
 
 template <class Handler>
@@ -156,37 +156,49 @@ class ChargeJob final : public OneCallJob<ChargeRequest, RunCharge, Handler> {
                                                       std::move(handler), stats) {}
   void run(Store& store) override { keep_charge(std::move(store.count_calls({&this->request_, 1}).front())); }
   ChargeRequest* charge() noexcept override { return &this->request_; }
-  void keep_charge(Result<RunCharge> result) override { this->result_.emplace(std::move(result)); }
+  void keep_charge(Result<RunCharge>&& result) override { this->result_.emplace(std::move(result)); }
 };
 
-// Records an outcome and answers the intent as it leaves it (T = Intent), or
-// only whether it was recorded (T = void: a Watcher's, no Intent moved on).
-template <class T, class Handler>
-class BasicOutcomeJob final : public OneCallJob<Outcome, T, Handler> {
+// Records an outcome and answers the intent as it leaves it.
+template <class Handler>
+class OutcomeJob final : public OneCallJob<Outcome, Intent, Handler> {
  public:
-  BasicOutcomeJob(Outcome outcome, Handler handler, LedgerStats& stats)
-      : OneCallJob<Outcome, T, Handler>({Ledger::Order::intents, {}, outcome.intent_id}, std::move(outcome),
-                                        std::move(handler), stats) {}
+  OutcomeJob(Outcome outcome, Handler handler, LedgerStats& stats)
+      : OneCallJob<Outcome, Intent, Handler>({Ledger::Order::intents, {}, outcome.intent_id}, std::move(outcome),
+                                             std::move(handler), stats) {}
   void run(Store& store) override { keep_outcome(store.record_outcome(this->request_)); }
   Outcome* outcome() noexcept override { return &this->request_; }
   int lane() const noexcept override { return 1; }
-  void keep_outcome(Result<Intent> result) override {
-    if constexpr (std::is_void_v<T>) {
-      if (result) {
-        this->result_.emplace();
-      } else {
-        this->result_.emplace(result.error());
-      }
-    } else {
-      this->result_.emplace(std::move(result));
-    }
-  }
+  void keep_outcome(Result<Intent>&& result) override { this->result_.emplace(std::move(result)); }
 };
 
+// Records the outcome its watcher holds (Ledger::OutcomeWatcher) and answers
+// only whether it was recorded. The outcome is read where it is: the watcher
+// lives as long as this job (its handler owns it until finish or fail hand
+// it on), and a batch puts back what it moves out.
 template <class Handler>
-using OutcomeJob = BasicOutcomeJob<Intent, Handler>;
-template <class Handler>
-using WatchedOutcomeJob = BasicOutcomeJob<void, Handler>;
+class WatchedOutcomeJob final : public Ledger::Job {
+ public:
+  WatchedOutcomeJob(Outcome& outcome, Handler handler, LedgerStats& stats)
+      : Job({Ledger::Order::intents, {}, outcome.intent_id}), outcome_(outcome), complete_(std::move(handler), stats) {}
+  void run(Store& store) override { keep_outcome(store.record_outcome(outcome_)); }
+  Outcome* outcome() noexcept override { return &outcome_; }
+  int lane() const noexcept override { return 1; }
+  void keep_outcome(Result<Intent>&& result) override {
+    if (result) {
+      result_.emplace();
+    } else {
+      result_.emplace(result.error());
+    }
+  }
+  void finish() override { complete_(std::move(*result_)); }
+  void fail(error_code why) override { complete_(Result<void>(why)); }
+
+ private:
+  Outcome& outcome_;
+  std::optional<Result<void>> result_;
+  Completion<void, Handler> complete_;
+};
 
 template <class Handler>
 class AdmitJob final : public Ledger::Job {
@@ -199,7 +211,7 @@ class AdmitJob final : public Ledger::Job {
   void run(Store&) override {}  // multi_step: run_batch drives it
   bool multi_step() const noexcept override { return true; }
   ReserveRequest* reservation() noexcept override { return &request_.reserve; }
-  void keep(Result<Reservation> result) override {
+  void keep(Result<Reservation>&& result) override {
     reservation_.emplace(std::move(result));
     start_.reset();  // a batch run again (deadlock) keeps only its last results
     begun_.reset();
@@ -207,7 +219,7 @@ class AdmitJob final : public Ledger::Job {
     if (*reservation_ && (*reservation_)->started) start_.emplace(FirstStart{AttemptOutcome::started, 1});
   }
   ChargeRequest* charge() noexcept override { return &charge_; }
-  void keep_charge(Result<RunCharge> result) override {
+  void keep_charge(Result<RunCharge>&& result) override {
     charge_result_.emplace(std::move(result));
     request_.reserve.start.reset();
     // Charges run before reservations: a counted one lets a fresh
@@ -229,13 +241,13 @@ class AdmitJob final : public Ledger::Job {
     return AttemptRequest{intent.id, intent.state, intent.attempts, request_.first_attempt->max_attempts,
                           request_.first_attempt->lease};
   }
-  void keep_start(Result<AttemptStart> result) override {
+  void keep_start(Result<AttemptStart>&& result) override {
     if (!result) return void(start_.emplace(result.error()));
     start_.emplace(FirstStart{result->outcome, result->attempt});
     begun_.emplace(std::move(result->intent));
   }
   const AdmitRequest* admission() const noexcept override { return &request_; }
-  void keep_admission(Result<Admission> result) override { whole_.emplace(std::move(result)); }
+  void keep_admission(Result<Admission>&& result) override { whole_.emplace(std::move(result)); }
   void finish() override {
     if (whole_) return complete_(std::move(*whole_));
     if (!reservation_ || !charge_result_) return complete_(Result<Admission>(error_code(errc::storage_failure)));
@@ -244,7 +256,9 @@ class AdmitJob final : public Ledger::Job {
     if (start_ && !*start_) return complete_(Result<Admission>(start_->error()));
     // Made in its box, with the intent as begin_attempts left it, if it ran.
     if (start_ && begun_) (*reservation_)->intent = std::move(*begun_);
-    auto boxed = std::make_unique<Result<Admission>>(Admission{**charge_result_, std::move(**reservation_), std::nullopt});
+    auto boxed = std::make_unique<Result<Admission>>(Admission{});
+    (*boxed)->charge = **charge_result_;
+    (*boxed)->reservation = std::move(**reservation_);  // the one move of the intent here
     if (start_) (*boxed)->start = **start_;
     complete_(std::move(boxed));
   }

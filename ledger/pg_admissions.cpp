@@ -226,8 +226,10 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       // last request of its fingerprint, copied to the others.
       const auto* next = k + 1 < live.size() ? &requests[live[k + 1]] : nullptr;
       bool const last = !next || next->scope != r.scope || next->fingerprint != r.fingerprint;
-      done[live[k]] = Reservation{won ? ReserveOutcome::reserved : ReserveOutcome::existing,
-                                  last ? std::move(intent) : intent, won && r.start.has_value()};
+      auto& reservation = done[live[k]].emplace();
+      reservation.outcome = won ? ReserveOutcome::reserved : ReserveOutcome::existing;
+      reservation.intent = last ? std::move(intent) : intent;
+      reservation.started = won && r.start.has_value();
       if (!r.agent_key.empty())
         binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +
                  q(w, r.fingerprint) + "," + std::to_string(id) + ")";

@@ -165,42 +165,51 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
         note.text("settled by reconciliation: " + o.answer_class);
       }
       auto const ids = id.param();
-      // After their answers the ids alone come back (Store::record_outcome).
+      // After their answers the ids alone come back (Store::record_outcome),
+      // and each intent is its id and new state: nothing else is read or
+      // moved (most outcomes).
       bool const ids_only =
           std::all_of(round.begin(), round.end(), [&](auto i) { return outcomes[i].after_answer; });
       std::map<std::int64_t, Intent> settled;
+      std::vector<std::int64_t> settled_ids;
       for (const auto& row :
            w.exec_prepared(ids_only ? "record_outcomes_ids" : "record_outcomes", ids, state.param(), answer_class.param(),
                            status.param(), retry_ms.param(), waive.param(), receipt.param(), has_response.param(),
                            response_status.param(), response_headers.param(), response_body.param(),
                            response_truncated.param(), attempt.param(), attempt_state.param(), sources.param(),
                            note.param(), deferring_)) {
-        Intent intent;
         if (ids_only) {
-          intent.id = row[0].as<std::int64_t>();
+          settled_ids.push_back(row[0].as<std::int64_t>());
         } else {
-          intent = read_intent(PgRow(row));
+          auto intent = read_intent(PgRow(row));
+          auto const id = intent.id;
+          settled.insert_or_assign(id, std::move(intent));
         }
-        settled[intent.id] = std::move(intent);
       }
-      if (ids_only)
-        for (auto i : round)
-          if (auto found = settled.find(outcomes[i].intent_id); found != settled.end())
-            found->second.state = outcomes[i].state;
+      std::sort(settled_ids.begin(), settled_ids.end());
+      auto const found_settled = [&](std::int64_t id) {
+        return ids_only ? std::binary_search(settled_ids.begin(), settled_ids.end(), id) : settled.count(id) > 0;
+      };
       // The rest were refused: illegal_transition when the intent exists.
       std::set<std::int64_t> exists;
-      if (settled.size() < round.size())
+      if ((ids_only ? settled_ids.size() : settled.size()) < round.size())
         for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
       std::vector<Result<Intent>> done;
       done.reserve(round.size());
       for (auto i : round) {
-        auto found = settled.find(outcomes[i].intent_id);
-        if (found != settled.end()) {
-          done.emplace_back(std::move(found->second));
+        auto const id = outcomes[i].intent_id;
+        if (found_settled(id)) {
+          if (ids_only) {
+            auto& shown = *done.emplace_back(Intent{});
+            shown.id = id;
+            shown.state = outcomes[i].state;
+          } else {
+            done.emplace_back(std::move(settled.at(id)));
+          }
           continue;
         }
-        auto const why = exists.count(outcomes[i].intent_id) ? errc::illegal_transition : errc::not_found;
+        auto const why = exists.count(id) ? errc::illegal_transition : errc::not_found;
         // Alone, a refusal is the call's failure (a batch of one caller's
         // calls fails with it), as record_outcome's always was.
         if (round.size() == 1) throw Abort{why};

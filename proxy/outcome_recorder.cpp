@@ -121,17 +121,18 @@ void spawn_bounded(Executor executor, const char* what, Op op) {
 // Watcher, not a coroutine: every answered write hands one over, and the
 // ledger's completion calls it directly. It owns itself from start() on:
 // through the ledger's call, then through its backoff timer's wait.
-class Recorder final : public ledger::Watcher<void> {
+class Recorder final : public ledger::OutcomeWatcher {
  public:
   // Counted pending by `start`, which may drop it instead.
   Recorder(Executor executor, ledger::Ledger& ledger, ledger::Outcome&& outcome, ledger::TimePoint until,
            int first_try, std::optional<PendingEntry>&& entry)
       : executor_(std::move(executor)),
         ledger_(ledger),
-        outcome_(std::move(outcome)),
         until_(until),
         tries_(first_try),
-        entry_(std::move(entry)) {}
+        entry_(std::move(entry)) {
+    this->outcome = std::move(outcome);
+  }
   ~Recorder() override {
     if (counted_) pending.fetch_sub(1);
   }
@@ -159,13 +160,13 @@ class Recorder final : public ledger::Watcher<void> {
 
  private:
   // Contained like the coroutine's exceptions were: an allocation that
-  // fails here (the copy holds a whole answer) gives the record up, logged,
-  // instead of leaving through the event loop or into the request path.
+  // fails here gives the record up, logged, instead of leaving through the
+  // event loop or into the request path. The ledger reads the outcome where
+  // it is (OutcomeWatcher), and leaves it for the next try.
   static void attempt(std::unique_ptr<Recorder> self) {
     try {
       auto& r = *self;
-      ledger::Outcome copy = r.outcome_;
-      r.ledger_.record_outcome(std::move(copy), r.executor_, std::move(self));
+      r.ledger_.record_outcome(r.executor_, std::move(self));
     } catch (const std::exception& ex) {
       log_event("internal_error", {{"where", "record_outcome"}, {"error", ex.what()}});
     }
@@ -185,20 +186,20 @@ class Recorder final : public ledger::Watcher<void> {
   bool landed(const ledger::Result<void>& recorded) {
     auto const tries = tries_++;
     if (recorded || recorded.error() == ledger::errc::illegal_transition) {
-      if (tries) log_event("ledger_record_landed", {{"intent", outcome_.intent_id},
-                                                    {"attempt", outcome_.attempt},
+      if (tries) log_event("ledger_record_landed", {{"intent", outcome.intent_id},
+                                                    {"attempt", outcome.attempt},
                                                     {"tries", tries + 1},
                                                     {"result", recorded ? "recorded" : "superseded"}});
       return true;
     }
     if (tries == 2)
-      log_event("ledger_record_retry", {{"intent", outcome_.intent_id},
-                                        {"attempt", outcome_.attempt},
-                                        {"class", outcome_.answer_class},
+      log_event("ledger_record_retry", {{"intent", outcome.intent_id},
+                                        {"attempt", outcome.attempt},
+                                        {"class", outcome.answer_class},
                                         {"pending", pending_records()}});
     if (past(until_)) {
-      log_event("ledger_record_lost", {{"intent", outcome_.intent_id},
-                                       {"attempt", outcome_.attempt},
+      log_event("ledger_record_lost", {{"intent", outcome.intent_id},
+                                       {"attempt", outcome.attempt},
                                        {"tries", tries + 1},
                                        {"error", recorded.error().message()},
                                        {"detail", "the attempt's lease turns it unknown; it is reconciled before any re-send"}});
@@ -209,7 +210,6 @@ class Recorder final : public ledger::Watcher<void> {
 
   Executor executor_;
   ledger::Ledger& ledger_;
-  ledger::Outcome outcome_;
   ledger::TimePoint until_;
   int tries_;
   std::optional<PendingEntry> entry_;  // durable (or given up): no longer pending once this goes
