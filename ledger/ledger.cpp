@@ -254,6 +254,33 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady
   return batch;
 }
 
+namespace {
+
+// Moves a batch's requests back into their jobs (`where` gives each job's),
+// at now() or, if the store's call threw, when this goes: a batch that runs
+// again, or a watcher that records its outcome again, finds them as they were.
+template <class T>
+class PutBack {
+ public:
+  PutBack(const std::vector<Ledger::Job*>& jobs, std::vector<T>& moved, T* (Ledger::Job::*where)())
+      : jobs_(jobs), moved_(moved), where_(where) {}
+  PutBack(const PutBack&) = delete;
+  PutBack& operator=(const PutBack&) = delete;
+  ~PutBack() { now(); }
+  void now() noexcept {
+    if (std::exchange(done_, true)) return;
+    for (std::size_t i = 0; i < jobs_.size(); ++i) *(jobs_[i]->*where_)() = std::move(moved_[i]);
+  }
+
+ private:
+  const std::vector<Ledger::Job*>& jobs_;
+  std::vector<T>& moved_;
+  T* (Ledger::Job::*where_)();
+  bool done_ = false;
+};
+
+}  // namespace
+
 error_code Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& batch) {
   if (batch.size() == 1 && batch.front()->admission()) {
     if (auto whole = store.admit_alone(*batch.front()->admission())) {
@@ -291,10 +318,11 @@ error_code Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& ba
       std::vector<ReserveRequest> requests;
       requests.reserve(reservers.size());
       for (auto* r : reservers) requests.push_back(std::move(*r->reservation()));
-      auto results = store.reserve_intents(requests);
-      for (std::size_t i = 0; i < reservers.size(); ++i) {
-        *reservers[i]->reservation() = std::move(requests[i]);  // back: the batch may run again
-        reservers[i]->keep(std::move(results[i]));
+      {
+        PutBack back(reservers, requests, &Job::reservation);  // the batch may run again
+        auto results = store.reserve_intents(requests);
+        back.now();
+        for (std::size_t i = 0; i < reservers.size(); ++i) reservers[i]->keep(std::move(results[i]));
       }
     }
     if (!recorders.empty()) {
@@ -306,10 +334,13 @@ error_code Ledger::run_batch(Store& store, std::vector<std::unique_ptr<Job>>& ba
       std::vector<Outcome> outcomes;
       outcomes.reserve(recorders.size());
       for (auto* r : recorders) outcomes.push_back(std::move(*r->outcome()));
-      auto results = store.record_outcomes(outcomes);
-      for (std::size_t i = 0; i < recorders.size(); ++i) {
-        *recorders[i]->outcome() = std::move(outcomes[i]);
-        recorders[i]->keep_outcome(std::move(results[i]));
+      {
+        // Back however the call ends: a watched outcome is its watcher's,
+        // which records it again after a failure (Ledger::OutcomeWatcher).
+        PutBack back(recorders, outcomes, &Job::outcome);
+        auto results = store.record_outcomes(outcomes);
+        back.now();
+        for (std::size_t i = 0; i < recorders.size(); ++i) recorders[i]->keep_outcome(std::move(results[i]));
       }
     }
     for (auto& job : batch)

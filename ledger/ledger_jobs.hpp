@@ -173,9 +173,9 @@ class OutcomeJob final : public OneCallJob<Outcome, Intent, Handler> {
 };
 
 // Records the outcome its watcher holds (Ledger::OutcomeWatcher) and answers
-// only whether it was recorded. The outcome is read where it is: the watcher
-// lives as long as this job (its handler owns it until finish or fail hand
-// it on), and a batch puts back what it moves out.
+// only whether it was recorded. The outcome is read where it is, and a batch
+// puts back what it moves out. Valid until finish or fail: they hand the
+// watcher (which owns the outcome) on, and it may be gone before this job is.
 template <class Handler>
 class WatchedOutcomeJob final : public Ledger::Job {
  public:

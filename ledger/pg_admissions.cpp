@@ -228,7 +228,11 @@ std::vector<Result<Reservation>> PgStore::reserve_intents(std::span<const Reserv
       bool const last = !next || next->scope != r.scope || next->fingerprint != r.fingerprint;
       auto& reservation = done[live[k]].emplace();
       reservation.outcome = won ? ReserveOutcome::reserved : ReserveOutcome::existing;
-      reservation.intent = last ? std::move(intent) : intent;
+      if (last) {
+        reservation.intent = std::move(intent);
+      } else {
+        reservation.intent = intent;
+      }
       reservation.started = won && r.start.has_value();
       if (!r.agent_key.empty())
         binds += (binds.empty() ? "(" : ",(") + q(w, r.scope) + "," + q(w, r.agent_key) + "," +

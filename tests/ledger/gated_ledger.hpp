@@ -62,6 +62,13 @@ class GatedStore final : public Store {
     begin_apart_ = true;
   }
 
+  // The next record_outcome throws (as an allocation that fails would); the
+  // batch then fails with storage_failure, as the real stores' batch() does.
+  void throw_next_outcome() {
+    std::lock_guard lock(mutex_);
+    throw_outcome_ = true;
+  }
+
   // The Durability each Store::batch() was asked for, in order.
   std::vector<Durability> durabilities() {
     std::lock_guard lock(mutex_);
@@ -75,10 +82,15 @@ class GatedStore final : public Store {
       durabilities_.push_back(durability);
       in_batch_ = true;
     }
-    body();
+    bool threw = false;
+    try {
+      body();
+    } catch (const std::exception&) {
+      threw = true;
+    }
     std::lock_guard lock(mutex_);
     in_batch_ = false;
-    return batch_error_;
+    return threw ? boost::system::error_code(errc::storage_failure) : batch_error_;
   }
 
   std::vector<Result<Reservation>> reserve_intents(std::span<const ReserveRequest> r) override {
@@ -123,6 +135,7 @@ class GatedStore final : public Store {
   }
   Result<Intent> record_outcome(const Outcome& o) override {
     enter("record_outcome " + std::to_string(o.intent_id));
+    if (std::lock_guard lock(mutex_); std::exchange(throw_outcome_, false)) throw std::bad_alloc();
     if (o.attempt == 0) return boost::system::error_code(errc::illegal_transition);
     return Intent{};
   }
@@ -169,6 +182,7 @@ class GatedStore final : public Store {
   std::vector<Durability> durabilities_;
   bool in_batch_ = false;
   bool begin_apart_ = false;
+  bool throw_outcome_ = false;
   boost::system::error_code batch_error_;
 };
 

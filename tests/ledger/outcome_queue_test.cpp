@@ -5,6 +5,7 @@
 #include "gated_ledger.hpp"
 
 #include <algorithm>
+#include <future>
 #include <variant>
 
 using namespace idemgate::ledger;
@@ -330,4 +331,58 @@ TEST_CASE("unit: with a small ledger queue, a quarter of it gathered is written 
   CHECK(first.get().has_value());
   CHECK(second.get().has_value());
   CHECK(lanes.transactions() == std::vector<std::vector<std::string>>{{"record_outcome 1", "record_outcome 2"}});
+}
+
+namespace {
+
+// Tells a promise how its record ended, and keeps the outcome it holds.
+class KeptWatcher final : public OutcomeWatcher {
+ public:
+  explicit KeptWatcher(std::promise<std::pair<Result<void>, Outcome>>& told) : told_(told) {}
+  void done(std::unique_ptr<Watcher<void>> self, Result<void> result) override {
+    told_.set_value({result, outcome});
+    self.reset();
+  }
+
+ private:
+  std::promise<std::pair<Result<void>, Outcome>>& told_;
+};
+
+}  // namespace
+
+TEST_CASE("unit: a watched outcome whose batch failed by an exception is left whole for its next try") {
+  GatedLedger gated;
+  gated.gate->release();
+  Loop loop;
+  auto record = [&](std::promise<std::pair<Result<void>, Outcome>>& told) {
+    auto watcher = std::make_unique<KeptWatcher>(told);
+    watcher->outcome = after_answer(4);
+    watcher->outcome.answer_class = "ok";
+    watcher->outcome.state = IntentState::completed;
+    watcher->outcome.receipt = "ch_4";
+    watcher->outcome.response = StoredResponse{200, {{"content-type", "application/json"}}, R"({"id":"ch_4"})", false};
+    gated.ledger->record_outcome(loop.io.get_executor(), std::move(watcher));
+  };
+  // The store throws while the outcome is moved out into the batch's list.
+  gated.gate->throw_next_outcome();
+  std::promise<std::pair<Result<void>, Outcome>> first;
+  record(first);
+  auto failed = first.get_future();
+  REQUIRE(failed.wait_for(deadline) == std::future_status::ready);
+  auto [result, kept] = failed.get();
+  CHECK(result.error() == errc::storage_failure);
+  // What the watcher records again is what it gave, not a moved-from husk.
+  CHECK(kept.intent_id == 4);
+  CHECK(kept.answer_class == "ok");
+  CHECK(kept.receipt == "ch_4");
+  REQUIRE(kept.response.has_value());
+  CHECK(kept.response->status == 200);
+  CHECK(kept.response->body == R"({"id":"ch_4"})");
+  CHECK(kept.response->headers.size() == 1);
+  // And the next try lands.
+  std::promise<std::pair<Result<void>, Outcome>> second;
+  record(second);
+  auto landed = second.get_future();
+  REQUIRE(landed.wait_for(deadline) == std::future_status::ready);
+  CHECK(landed.get().first.has_value());
 }
