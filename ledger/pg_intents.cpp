@@ -182,24 +182,21 @@ std::vector<Result<Intent>> PgStore::record_outcomes(std::span<const Outcome> ou
           settled_ids.push_back(row[0].as<std::int64_t>());
         } else {
           auto intent = read_intent(PgRow(row));
-          auto const id = intent.id;
-          settled.insert_or_assign(id, std::move(intent));
+          settled_ids.push_back(intent.id);
+          settled.insert_or_assign(intent.id, std::move(intent));
         }
       }
       std::sort(settled_ids.begin(), settled_ids.end());
-      auto const found_settled = [&](std::int64_t id) {
-        return ids_only ? std::binary_search(settled_ids.begin(), settled_ids.end(), id) : settled.count(id) > 0;
-      };
       // The rest were refused: illegal_transition when the intent exists.
       std::set<std::int64_t> exists;
-      if ((ids_only ? settled_ids.size() : settled.size()) < round.size())
+      if (settled_ids.size() < round.size())
         for (const auto& row : w.exec_prepared("intents_exist", ids))
           exists.insert(row[0].as<long long>());
       std::vector<Result<Intent>> done;
       done.reserve(round.size());
       for (auto i : round) {
         auto const id = outcomes[i].intent_id;
-        if (found_settled(id)) {
+        if (std::binary_search(settled_ids.begin(), settled_ids.end(), id)) {
           if (ids_only) {
             auto& shown = *done.emplace_back(Intent{});
             shown.id = id;

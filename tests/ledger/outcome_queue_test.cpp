@@ -339,10 +339,7 @@ namespace {
 class KeptWatcher final : public OutcomeWatcher {
  public:
   explicit KeptWatcher(std::promise<std::pair<Result<void>, Outcome>>& told) : told_(told) {}
-  void done(std::unique_ptr<Watcher<void>> self, Result<void> result) override {
-    told_.set_value({result, outcome});
-    self.reset();
-  }
+  void done(std::unique_ptr<Watcher<void>>, Result<void> result) override { told_.set_value({result, outcome}); }
 
  private:
   std::promise<std::pair<Result<void>, Outcome>>& told_;
