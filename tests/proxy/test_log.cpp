@@ -7,12 +7,19 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +78,38 @@ TEST_CASE("log: every line queued is written whole and in order, then stop flush
   auto const lines = lines_of(text);
   REQUIRE(lines.size() == 1000);
   for (int i = 0; i < 1000; ++i) CHECK(lines[static_cast<std::size_t>(i)] == "{\"i\":" + std::to_string(i) + "}");
+}
+
+TEST_CASE("log: the writer thread is named idemgate-log and runs ten nice levels below its caller") {
+  errno = 0;
+  int const nice = ::getpriority(PRIO_PROCESS, 0);  // this thread's
+  REQUIRE(errno == 0);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  LogSink sink(fds[1], 1 << 20);
+  sink.push("{}\n", true);
+  sink.flush();  // the writer has been through its loop: its traits are set
+  // Every thread of this process named idemgate-log (the stderr sink's too,
+  // if a test made it) and its nice value, field 19 of its stat line.
+  std::vector<int> writers;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "idemgate-log") continue;
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream rest(line.substr(line.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {}
+    writers.push_back(std::stoi(field));
+  }
+  REQUIRE_FALSE(writers.empty());
+  for (int writer_nice : writers) CHECK(writer_nice == std::min(19, nice + 10));
+  sink.stop();
+  ::close(fds[1]);
+  ::close(fds[0]);
 }
 
 TEST_CASE("log: a stalled reader costs dropped lines, counted and reported, never a blocked caller") {
