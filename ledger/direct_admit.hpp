@@ -23,8 +23,8 @@ class DirectAdmit {
   // Sends the statement and awaits its row, on the caller's executor (the
   // awaiting coroutine's thread does the waiting, through its reactor).
   // spin: the thread may poll for the row for a moment before it waits in
-  // its event loop (an implementation's own bound), serving nothing else
-  // meanwhile: for when it has nothing else to serve.
+  // its event loop (an implementation's own bound), its other work served
+  // between polls: for when it has nothing else to serve.
   // nullopt: nothing was written (no connection yet, the server ended it,
   // a deadlock it rolled back): the caller queues the admission instead.
   // An error is the admission's: errc::unavailable when the connection was

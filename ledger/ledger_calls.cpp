@@ -52,7 +52,8 @@ Task<Boxed<Admission>> Ledger::admit(AdmitRequest request, RequestSnapshot snaps
       // The thread polls for the answer only if no admission came while the
       // last direct one was on the wire: under load its other connections
       // have work for it (at 64 connections the polls cost a tenth of the
-      // throughput), and it would keep them waiting.
+      // throughput). It serves them between polls, so an admission that
+      // comes during a poll is seen, and the next one does not poll.
       first = co_await direct_->send(request, alone_.load(std::memory_order_relaxed));
     } catch (...) {
       release_direct();

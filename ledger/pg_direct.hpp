@@ -5,7 +5,8 @@
 // in flight); with the connection in use, not connected yet, or lost, the
 // admission is queued for the workers as before. While the statement is on
 // its way the caller's thread first polls for the answer, for up to `spin`
-// (ledger.admit_spin), and then waits in its event loop.
+// (ledger.admit_spin), serving its other connections between polls, and
+// then waits in its event loop.
 //
 // A thread of its own connects (and sets the session up, and prepares the
 // statement), bounded by the URL's connect_timeout, at start and again after

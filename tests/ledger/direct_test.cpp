@@ -8,6 +8,11 @@
 #include "ledger/pg_direct.hpp"
 #include "ledger/executor.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
 #include <libpq-fe.h>
 
 #include <chrono>
@@ -179,6 +184,51 @@ TEST_CASE("postgresql: a direct admission the server refused is written by the w
   wait_direct(*ledger);
   REQUIRE(admit(*ledger, admit_request("fp-2")).has_value());
   CHECK(directs(*ledger) == 2);
+}
+
+TEST_CASE("postgresql: a direct admission's poll for its answer leaves its thread serving other work" *
+          doctest::test_suite("db")) {
+  auto backend = postgresql_backend();
+  // A poll far longer than the test: a thread held by it would serve
+  // nothing else until it ran out.
+  auto const spin = std::chrono::seconds(20);
+  backend->config.admit_spin = spin;
+  auto ledger = open_ledger(*backend);
+  wait_direct(*ledger);
+  REQUIRE(admit(*ledger, admit_request("fp-0")).has_value());  // run-1 exists now; it was alone
+  REQUIRE(directs(*ledger) == 1);
+  wait_direct(*ledger);
+
+  // The next lone admission polls (the last one was alone) for an answer
+  // that waits for run-1's row. The same thread's other coroutine releases
+  // the row once the statement waits for it: only a thread served between
+  // polls gets there before the poll runs out.
+  RunLock lock(backend->config.url);
+  boost::asio::io_context io;
+  auto const start = std::chrono::steady_clock::now();
+  auto admitted = boost::asio::co_spawn(io, [&]() -> Task<Result<Admission>> {
+    RequestSnapshot snapshot;
+    snapshot.method = "POST";
+    snapshot.target = "/v1/charges";
+    co_return co_await unboxed(ledger->admit(admit_request("fp-1"), std::move(snapshot)));
+  }, boost::asio::use_future);
+  std::chrono::steady_clock::duration released_after{};
+  boost::asio::co_spawn(io, [&]() -> Task<void> {
+    std::string const waiting = " AND wait_event_type = 'Lock'";
+    REQUIRE(eventually([&] { return direct_backends(*backend, waiting) == "1\n"; }));
+    lock.release();
+    released_after = std::chrono::steady_clock::now() - start;
+    co_return;
+  }, boost::asio::detached);
+  io.run();
+  auto const elapsed = std::chrono::steady_clock::now() - start;
+  auto result = admitted.get();
+  REQUIRE_MESSAGE(result.has_value(), result.error().message());
+  CHECK(result->reservation.outcome == ReserveOutcome::reserved);
+  CHECK(directs(*ledger) == 2);
+  CHECK(released_after > std::chrono::steady_clock::duration::zero());
+  CHECK_MESSAGE(elapsed < spin, "the admission took as long as its poll: the thread served nothing else meanwhile");
+  CHECK(backend->query("SELECT fingerprint, state FROM intents ORDER BY id") == "fp-0|dispatched\nfp-1|dispatched\n");
 }
 
 TEST_CASE("postgresql: a direct connection the server ended while idle sends nothing, and is made again" *
