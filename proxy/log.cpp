@@ -4,7 +4,6 @@
 #include <boost/json/serialize.hpp>
 
 #include <pthread.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,22 +34,11 @@ constexpr std::size_t kMaxPending = 4u * 1024 * 1024;
 // one write(2): under load, thousands of lines per system call.
 constexpr auto kGather = std::chrono::milliseconds(10);
 constexpr std::size_t kWriteAt = 256u * 1024;
-// The writer's nice value above the process's: on a machine whose cores are
-// all busy, a thread that wakes at this weight waits for the running one's
-// turn to end instead of preempting it, so a batch write (a few hundred
-// microseconds of page cache for 256 KiB) does not land in the middle of a
-// request. It still gets its share: about a tenth of a normal thread's.
-constexpr int kWriterNice = 10;
-
-// The writer thread's name (top -H, ps -L) and its lower priority. Both are
-// conveniences: a failure leaves the thread as it was.
-void set_writer_thread_traits() {
-  ::pthread_setname_np(::pthread_self(), "idemgate-log");
-  auto const tid = static_cast<id_t>(::gettid());
-  errno = 0;
-  int const nice = ::getpriority(PRIO_PROCESS, tid);
-  if (errno == 0) ::setpriority(PRIO_PROCESS, tid, std::min(19, nice + kWriterNice));
-}
+// The writer thread's name, for top -H and ps -L (a failure leaves it
+// unnamed). Its priority stays the process's: the network threads share its
+// mutex, and a writer at a lower priority, preempted while holding it, would
+// hold them up until the scheduler came back to it.
+void name_writer_thread() { ::pthread_setname_np(::pthread_self(), "idemgate-log"); }
 
 void write_all(int fd, std::string_view text) {
   char const* p = text.data();
@@ -338,7 +326,7 @@ LogStats LogSink::stats() const noexcept {
 }
 
 void LogSink::run() {
-  set_writer_thread_traits();
+  name_writer_thread();
   std::string writing;
   std::uint64_t reported_dropped = 0;
   auto last_report = std::chrono::steady_clock::time_point{};

@@ -11,6 +11,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <libpq-fe.h>
@@ -189,9 +191,11 @@ TEST_CASE("postgresql: a direct admission the server refused is written by the w
 TEST_CASE("postgresql: a direct admission's poll for its answer leaves its thread serving other work" *
           doctest::test_suite("db")) {
   auto backend = postgresql_backend();
-  // A poll far longer than the test: a thread held by it would serve
-  // nothing else until it ran out.
-  auto const spin = std::chrono::seconds(20);
+  // A poll far longer than the test needs, and shorter than the direct
+  // connection's lock_timeout (its statement_timeout, 5 s): a thread held by
+  // the poll would serve nothing else until it ran out, and then still find
+  // the statement waiting.
+  auto const spin = std::chrono::seconds(3);
   backend->config.admit_spin = spin;
   auto ledger = open_ledger(*backend);
   wait_direct(*ledger);
@@ -200,9 +204,10 @@ TEST_CASE("postgresql: a direct admission's poll for its answer leaves its threa
   wait_direct(*ledger);
 
   // The next lone admission polls (the last one was alone) for an answer
-  // that waits for run-1's row. The same thread's other coroutine releases
-  // the row once the statement waits for it: only a thread served between
-  // polls gets there before the poll runs out.
+  // that waits for run-1's row. A coroutine on the same thread looks every
+  // 10 ms, on a timer of that thread's event loop, and releases the row once
+  // the statement waits for it: only a loop that runs between polls gets
+  // there before the poll runs out.
   RunLock lock(backend->config.url);
   boost::asio::io_context io;
   auto const start = std::chrono::steady_clock::now();
@@ -212,21 +217,30 @@ TEST_CASE("postgresql: a direct admission's poll for its answer leaves its threa
     snapshot.target = "/v1/charges";
     co_return co_await unboxed(ledger->admit(admit_request("fp-1"), std::move(snapshot)));
   }, boost::asio::use_future);
+  int looks = 0;
+  bool waited = false;
   std::chrono::steady_clock::duration released_after{};
   boost::asio::co_spawn(io, [&]() -> Task<void> {
     std::string const waiting = " AND wait_event_type = 'Lock'";
-    REQUIRE(eventually([&] { return direct_backends(*backend, waiting) == "1\n"; }));
-    lock.release();
+    idemgate::SteadyTimer timer(co_await boost::asio::this_coro::executor);
+    for (auto until = start + 10s; !waited && std::chrono::steady_clock::now() < until;) {
+      timer.expires_after(10ms);
+      co_await timer.async_wait(idemgate::use_task);
+      ++looks;
+      waited = direct_backends(*backend, waiting) == "1\n";
+    }
+    lock.release();  // either way, so that nothing is left waiting
     released_after = std::chrono::steady_clock::now() - start;
-    co_return;
   }, boost::asio::detached);
   io.run();
   auto const elapsed = std::chrono::steady_clock::now() - start;
+  REQUIRE_MESSAGE(waited, "the direct statement never waited for the run's row");
   auto result = admitted.get();
   REQUIRE_MESSAGE(result.has_value(), result.error().message());
   CHECK(result->reservation.outcome == ReserveOutcome::reserved);
   CHECK(directs(*ledger) == 2);
-  CHECK(released_after > std::chrono::steady_clock::duration::zero());
+  CHECK(looks >= 1);
+  CHECK_MESSAGE(released_after < spin, "the row was released only after the poll ran out");
   CHECK_MESSAGE(elapsed < spin, "the admission took as long as its poll: the thread served nothing else meanwhile");
   CHECK(backend->query("SELECT fingerprint, state FROM intents ORDER BY id") == "fp-0|dispatched\nfp-1|dispatched\n");
 }
