@@ -1,5 +1,6 @@
 // The log's JSON escaping and its writer thread: lines are whole, in order,
-// and a full buffer drops (and counts) lines instead of blocking the caller.
+// a full buffer drops (and counts) lines instead of blocking the caller, and
+// the thread is named and keeps its caller's priority.
 #include "proxy/log.hpp"
 
 #include <boost/json/parse.hpp>
@@ -9,7 +10,6 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
 
 #include <cerrno>
 #include <chrono>
