@@ -2,9 +2,12 @@
 // line and the fields in one flat list of views into the connection's read
 // buffer. Beast's basic_fields allocates and indexes every field; an answer
 // that is only rewritten (hop-by-hop fields out, Via in) and rendered back
-// needs neither. AnswerParser fills it from Beast's own basic_parser, so the
-// grammar, the limits and the framing (Content-Length, chunked, keep-alive)
-// are Beast's, unchanged.
+// needs neither. The commonest headers (a final status, Content-Length,
+// printable ASCII, no folding) are read by read_plain_answer_head without a
+// parser; every other one by AnswerParser, from Beast's own basic_parser, so
+// the grammar, the limits and the framing (Content-Length, chunked,
+// keep-alive) are Beast's, unchanged, and the plain reader only takes what
+// Beast would read the same way.
 #pragma once
 
 #include <boost/beast/http/basic_parser.hpp>
@@ -95,6 +98,30 @@ private:
   char length_[20] = {};
 };
 
+// How the body after an answer header is framed, as the pass-through path
+// decides from it (the names and meanings of Beast's parser's accessors).
+struct AnswerFraming {
+  std::size_t header_size = 0;  // the header's bytes, at the front of the input
+  bool chunked = false;
+  bool done = false;  // no body follows the header
+  bool keep_alive = false;
+  bool need_eof = false;  // the body ends where the connection does
+  boost::optional<std::uint64_t> content_length;
+};
+
+// Reads the commonest answer header whole without Beast's parser, which
+// takes four times as many instructions (its byte-at-a-time loops and its
+// token lists): HTTP/1.0 or 1.1, a final status of 200-599, a framing of
+// Content-Length (or none on a 204 or 304), and fields of printable ASCII
+// with no line folding, no Transfer-Encoding, Upgrade or Proxy-Connection,
+// and a Connection of "close" or "keep-alive" alone. Anything else, a header
+// not yet whole, or one of header_limit bytes or more: false, head cleared,
+// and the caller parses with AnswerParser. What it accepts, Beast's parser
+// accepts, reading the same head and framing (tests/proxy/answer_head_paths.hpp
+// and the answer_head fuzz target compare the two). Views into `bytes`.
+bool read_plain_answer_head(std::string_view bytes, std::size_t header_limit, AnswerHead& head,
+                            AnswerFraming& framing);
+
 // Beast's parser with the header kept in an AnswerHead. It reads the
 // header only (the body is relayed by the caller, or re-read by Beast's
 // own parser): any body callback is an error.
@@ -104,6 +131,8 @@ public:
 
   // The bytes the next put() is given: the fields are views into them.
   void input(std::string_view bytes) noexcept { input_ = bytes; }
+  // Once the header is done: its framing, the header `header_size` bytes.
+  AnswerFraming framing(std::size_t header_size) const;
 
 private:
   using error_code = boost::beast::error_code;

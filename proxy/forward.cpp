@@ -108,6 +108,7 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
 
   // The header the upstream sees.
   bool const chunked = parser.chunked();
+  bool const head_request = req.method() == http::verb::head;
   req.target(target.origin_form);
   strip_hop_by_hop(req, true);
   if (expect_continue) req.erase(http::field::expect);
@@ -123,6 +124,7 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
   std::unique_ptr<UpstreamConnection> up;
   AnswerHead head;
   std::optional<AnswerParser> answer;
+  AnswerFraming framing;
   std::size_t header_size = 0;  // the answer header's bytes, at the front of up->buffer
   bool sent_continue = false;
 
@@ -179,15 +181,17 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
     // The answer header, skipping interim 1xx answers. Read by hand (the
     // loop of Beast's read_some, without its composed operation) so that
     // the header bytes stay in the buffer: the head's views point into
-    // them until the answer is written or handed to Beast's parser. Beast
-    // parses a header as far as its lines are complete; a header that came
-    // in pieces is parsed again whole by a fresh parser once more bytes
-    // arrive (reading may move the buffer, and with it the views).
+    // them until the answer is written or handed to Beast's parser. A
+    // plain header that came whole is read without Beast's parser
+    // (read_plain_answer_head); any other, Beast parses as far as its lines
+    // are complete, and a header that came in pieces is parsed again whole
+    // by a fresh parser once more bytes arrive (reading may move the
+    // buffer, and with it the views).
     auto const fresh_parser = [&] {
       answer.emplace(head);
       answer->header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
       answer->body_limit(boost::none);
-      if (req.method() == http::verb::head) answer->skip(true);
+      if (head_request) answer->skip(true);
     };
     bool retry = false;
     for (;;) {
@@ -197,10 +201,16 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
       header_size = 0;
       while (header_size == 0) {
         if (up->buffer.size() != 0) {
-          if (answer->got_some()) fresh_parser();
           auto const bytes = up->buffer.data();
-          answer->input({static_cast<const char*>(bytes.data()), bytes.size()});
+          std::string_view const text(static_cast<const char*>(bytes.data()), bytes.size());
+          if (!head_request && read_plain_answer_head(text, cfg.limits.header_bytes, head, framing)) {
+            header_size = framing.header_size;
+            break;
+          }
+          if (answer->got_some()) fresh_parser();
+          answer->input(text);
           header_size = answer->put(bytes, ec);
+          if (!ec && header_size != 0) framing = answer->framing(header_size);
           if (ec != http::error::need_more) break;
           ec = {};
           header_size = 0;
@@ -262,9 +272,9 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
 
   // The answer the client sees.
   x.status = head.status;
-  bool const upstream_chunked = answer->chunked();
-  auto const content_length = answer->content_length();
-  bool const eof_delimited = !answer->is_done() && !upstream_chunked && !content_length;
+  bool const upstream_chunked = framing.chunked;
+  auto const content_length = framing.content_length;
+  bool const eof_delimited = !framing.done && !upstream_chunked && !content_length;
   bool client_keep_alive = client_wants_keep_alive && !worker.draining() && parser.is_done();
   bool rechunk = false;
   if (upstream_chunked || eof_delimited) {
@@ -274,14 +284,14 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
       client_keep_alive = false;
   }
   prepare_answer_head(head, client_version, rechunk, client_keep_alive);
-  bool const upstream_keep_alive = answer->keep_alive() && !answer->need_eof();
+  bool const upstream_keep_alive = framing.keep_alive && !framing.need_eof;
 
   // Most answers are small and arrived whole with their header: they go out
   // in one write. Others (chunked, long, delimited by EOF) are relayed.
   std::size_t const after_header = up->buffer.size() - header_size;
-  bool const arrived_whole = answer->is_done() || (!upstream_chunked && content_length && *content_length <= after_header);
+  bool const arrived_whole = framing.done || (!upstream_chunked && content_length && *content_length <= after_header);
   if (arrived_whole) {
-    std::size_t const body_bytes = answer->is_done() ? 0 : static_cast<std::size_t>(*content_length);
+    std::size_t const body_bytes = framing.done ? 0 : static_cast<std::size_t>(*content_length);
     render_head(head, up->head);
     asio::const_buffer const body(static_cast<const char*>(up->buffer.data().data()) + header_size, body_bytes);
     WholeWrite w(client, up->head, body);
@@ -299,7 +309,7 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
     http::response_parser<http::buffer_body> rp;
     rp.header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
     rp.body_limit(boost::none);
-    if (req.method() == http::verb::head) rp.skip(true);
+    if (head_request) rp.skip(true);
     beast::error_code ec;
     std::size_t const reread = rp.put(asio::buffer(up->buffer.data().data(), header_size), ec);
     if (ec || reread != header_size) {  // the same bytes, the same grammar: never expected

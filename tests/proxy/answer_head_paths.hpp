@@ -28,6 +28,10 @@ namespace http = boost::beast::http;
 using proxy::AnswerHead;
 using proxy::AnswerParser;
 
+// The header limit of both paths: Beast's parser's default, which
+// read_framing keeps.
+inline constexpr std::size_t kHeaderLimit = 8192;
+
 struct Framing {
   unsigned client_version = 11;
   bool client_wants_keep_alive = true;
@@ -36,6 +40,7 @@ struct Framing {
 
 struct Rendered {
   bool ok = false;
+  bool plain = false;  // read by read_plain_answer_head, not by Beast's parser
   std::string head;
   std::size_t header_size = 0;
   bool chunked = false, done = false, keep_alive = false, need_eof = false;
@@ -88,12 +93,26 @@ inline Rendered through_beast(std::string_view bytes, const Framing& f) {
   return out;
 }
 
+// As forward.cpp reads a header that came whole: the parser made first, a
+// plain header read without it, any other put into it.
 inline Rendered through_flat(std::string_view bytes, const Framing& f, AnswerHead& head) {
   Rendered out;
   AnswerParser p(head);
-  p.input(bytes);
   bool keep_alive = false, rechunk = false;
-  if (!read_framing(p, bytes, f, out, keep_alive, rechunk)) return out;
+  proxy::AnswerFraming plain;
+  if (!f.head_request && proxy::read_plain_answer_head(bytes, kHeaderLimit, head, plain)) {
+    out.ok = out.plain = true;
+    out.header_size = plain.header_size;
+    out.chunked = plain.chunked;
+    out.done = plain.done;
+    out.keep_alive = plain.keep_alive;
+    out.need_eof = plain.need_eof;
+    out.content_length = plain.content_length;
+    rechunk = rechunk_and_keep_alive(out.chunked, out.done, bool(out.content_length), f, keep_alive);
+  } else {
+    p.input(bytes);
+    if (!read_framing(p, bytes, f, out, keep_alive, rechunk)) return out;
+  }
   proxy::prepare_answer_head(head, f.client_version, rechunk, keep_alive);
   proxy::render_head(head, out.head);
   return out;
