@@ -110,7 +110,7 @@ CONF
 
 # start_nginx DIR: sets LAST_PID (nginx's master, in the foreground).
 start_nginx() {
-  "$NGINX" -p "$1" -c "$1/nginx.conf" -e "$1/error.log" &
+  ${ON_CPUS:+taskset -c "$ON_CPUS"} "$NGINX" -p "$1" -c "$1/nginx.conf" -e "$1/error.log" &
   LAST_PID=$!
   PIDS+=("$LAST_PID")
 }
@@ -132,7 +132,7 @@ ledger: { url: "sqlite:$dir/ledger.db" }
 egress: { allow_hosts: ["*"], allow_loopback: true, allow_private: true }
 $extra
 CONF
-  "$IDEMGATE" serve --config "$dir/config.yaml" --port-file "$dir/port" 2>"$stderr" &
+  ${ON_CPUS:+taskset -c "$ON_CPUS"} "$IDEMGATE" serve --config "$dir/config.yaml" --port-file "$dir/port" 2>"$stderr" &
   LAST_PID=$!
   PIDS+=("$LAST_PID")
   local deadline=$((SECONDS + 30))
@@ -220,7 +220,7 @@ CONF
 start_idemgate_conf() {
   local dir=$T/$1 stderr=$2
   rm -f "$dir/port"
-  "$IDEMGATE" serve --config "$dir/config.yaml" --port-file "$dir/port" 2>"$stderr" &
+  ${ON_CPUS:+taskset -c "$ON_CPUS"} "$IDEMGATE" serve --config "$dir/config.yaml" --port-file "$dir/port" 2>"$stderr" &
   LAST_PID=$!
   PIDS+=("$LAST_PID")
   local deadline=$((SECONDS + 30))
