@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -105,6 +107,9 @@ class Checker {
 
   void check_limits() {
     const auto& limits = config_.limits;
+    // The HTTP parsers hold their header limit in 32 bits.
+    if (limits.header_bytes > std::numeric_limits<std::uint32_t>::max())
+      report("limits.header_bytes", "must be less than 4GiB");
     if (limits.guarded_answer < 1024) report("limits.guarded_answer", "must be at least 1KiB");
     // Room for one call's largest body and whole answer buffer, so that a
     // call alone never has its answer cut short or its body refused.

@@ -354,6 +354,33 @@ class PiecemealAnswerTest(unittest.TestCase):
         lines = [line + b"\r\n" for line in answer[:header_end].split(b"\r\n")]
         self.check_cut(lines + [b"\r\nhello"])
 
+    def test_head_answer_gets_no_body_even_when_the_upstream_sends_one(self):
+        """An upstream that sends a body after its answer to a HEAD (it must
+        not): the client gets the header alone, with the upstream's length,
+        and its next exchange on the connection is framed right."""
+        self.upstream.pieces = [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"]
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10)
+        try:
+            conn = sock.makefile("rb")
+            sock.sendall(b"HEAD http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                         % (self.upstream.port, self.upstream.port))
+            status = conn.readline()
+            self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+            length = None
+            while True:
+                line = conn.readline()
+                if line in (b"\r\n", b""):
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = line.split(b":")[1].strip()
+            self.assertEqual(length, b"5")
+            self.upstream.pieces = [self.ANSWER]
+            status, headers, body = self.exchange_on(sock, conn)
+            self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+            self.assertEqual(body, b"hello")
+        finally:
+            sock.close()
+
     def test_interim_answer_then_a_cut_header(self):
         interim = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
         cut = self.ANSWER.index(b"X-A") + 2
