@@ -101,4 +101,12 @@ ledger::Headers headers_of(const http::fields& f) {
   return out;
 }
 
+ledger::Headers stored_answer_headers(const http::fields& f) {
+  auto const kept = end_to_end_fields(f, false);
+  ledger::Headers out;
+  out.reserve(kept.size());
+  for (auto const* field : kept) out.emplace_back(std::string(field->name_string()), std::string(field->value()));
+  return out;
+}
+
 }  // namespace idemgate::proxy

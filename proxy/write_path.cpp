@@ -373,7 +373,7 @@ class WritePath {
       // The buffer only: an answer longer than limits.guarded_answer is
       // stored as its first bytes, marked truncated.
       auto const status = static_cast<int>(s.answer.response.result_int());
-      o.response = ledger::StoredResponse{status, headers_of(s.answer.response), s.answer.response.body(),
+      o.response = ledger::StoredResponse{status, stored_answer_headers(s.answer.response), s.answer.response.body(),
                                           s.answer.tail != nullptr};
       // A session id is the first requester's: never stored for another
       // (whether or not the tool names an MCP tool).

@@ -126,11 +126,40 @@ TEST_CASE("to_client: a stored answer and the same upstream answer give the same
   for (unsigned version : {10u, 11u}) {
     for (bool keep_alive : {false, true}) {
       StringResponse const up = upstream_answer();
-      ledger::Headers const stored = headers_of(up);
+      ledger::Headers const stored = stored_answer_headers(up);
       AnswerTo const to{version, keep_alive, false, true};
       CHECK(wire(up, to) == wire(201, stored, up.body(), to));
     }
   }
+}
+
+TEST_CASE("stored_answer_headers: the end-to-end fields in order, without the upstream connection's") {
+  StringResponse up{http::status::ok, 11};
+  up.insert("Server", "nginx/1.22.1");
+  up.insert("Connection", "keep-alive, X-Hop");
+  up.insert("Content-Type", "application/json");
+  up.insert("Keep-Alive", "timeout=65");
+  up.insert("X-Hop", "named by Connection");
+  up.insert("Transfer-Encoding", "chunked");
+  up.insert("Content-Length", "10");
+  up.insert("Set-Cookie", "a=1");
+  up.insert("Upgrade", "h2c");
+  up.insert("Set-Cookie", "b=2");
+  up.insert("Idemgate-Note", "an upstream's own field: stored as sent");
+  ledger::Headers const want{{"Server", "nginx/1.22.1"},
+                             {"Content-Type", "application/json"},
+                             {"Content-Length", "10"},
+                             {"Set-Cookie", "a=1"},
+                             {"Set-Cookie", "b=2"},
+                             {"Idemgate-Note", "an upstream's own field: stored as sent"}};
+  CHECK(stored_answer_headers(up) == want);
+  // All of them, when none is the connection's.
+  StringResponse plain{http::status::created, 11};
+  plain.insert("Content-Type", "application/json");
+  plain.insert("Location", "/v1/charges/ch_1");
+  plain.insert("Content-Length", "13");
+  CHECK(stored_answer_headers(plain) == headers_of(plain));
+  CHECK(stored_answer_headers(plain).size() == 3);
 }
 
 TEST_CASE("to_client: framing of answers without a body") {
