@@ -102,10 +102,16 @@ ledger::Headers headers_of(const http::fields& f) {
 }
 
 ledger::Headers stored_answer_headers(const http::fields& f) {
-  auto const kept = end_to_end_fields(f, false);
+  auto const kept = end_to_end_fields(f, false);  // in f's order
   ledger::Headers out;
-  out.reserve(kept.size());
-  for (auto const* field : kept) out.emplace_back(std::string(field->name_string()), std::string(field->value()));
+  out.reserve(kept.size() + 1);
+  auto next = kept.begin();
+  for (auto const& field : f) {
+    bool const end_to_end = next != kept.end() && *next == &field;
+    if (end_to_end) ++next;
+    if (end_to_end || field.name() == http::field::content_type)
+      out.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
   return out;
 }
 

@@ -56,11 +56,14 @@ bool to_client(AnswerHead& head, std::size_t body_size, const AnswerTo& to);
 ledger::Headers headers_of(const boost::beast::http::fields& fields);
 
 // The header list stored with an answer for its replays: the fields a hop
-// passes on (end_to_end_fields), in order. Connection and what it names,
-// Keep-Alive, Transfer-Encoding and the other hop-by-hop fields described
-// the upstream's connection, which a replay never uses (to_client drops
-// them again), and cost every stored answer their bytes: two of the seven
-// fields of nginx's answer, 56 of the 254 bytes its list takes.
+// passes on (end_to_end_fields), in Beast's order. Connection and what it
+// names, Keep-Alive, Transfer-Encoding and the other hop-by-hop fields
+// described the upstream's connection, which a replay never uses (to_client
+// drops them again), and cost every stored answer their bytes: two of the
+// seven fields of nginx's answer, 56 of the 254 bytes its list takes.
+// Content-Type stays even when a Connection names it (an upstream breaking
+// RFC 9110 7.6.1): the ledger's readers of a stored answer go by it (the
+// body's redaction, the MCP replay's check of the body).
 ledger::Headers stored_answer_headers(const boost::beast::http::fields& fields);
 
 }  // namespace idemgate::proxy

@@ -2,6 +2,7 @@
 fixture of seeds/retry-or-escalate.txt plus replay, concurrency and money
 cases. Each runs on both ledger backends against a provider simulator that
 counts every effect and every key."""
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from enforce_common import Backends, escalations, ops  # noqa: E402
-from harness import BIN  # noqa: E402
+from harness import BIN, wait_until  # noqa: E402
 
 CHARGE = {"amount": 1000, "currency": "eur", "customer": "cus_1"}
 
@@ -199,6 +200,39 @@ class EnforcementCases(RefusalAssertions):
         self.assertEqual(again.header("idemgate-decision"), "refused")
         self.assertEqual(again.header("stripe-should-retry"), "false")
         self.assertEqual(len(self.provider.writes()), 1)
+
+    def test_stored_answer_keeps_its_end_to_end_fields_only(self):
+        if self.BACKEND != "sqlite":
+            self.skipTest("reads the ledger file; what is stored is the same list on both backends")
+        import sqlite3
+        # Hop-by-hop fields describe the provider's connection: never stored,
+        # never replayed. Content-Type stays even when Connection names it.
+        self.provider.script("status", 200, {"Connection": "X-Hop, Content-Type", "X-Hop": "1",
+                                             "Keep-Alive": "timeout=5", "X-Request-Id": "req_1"})
+        first = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_stored"))
+        self.assertEqual(first.status, 200)
+        key = first.header("idemgate-key")
+
+        def stored():
+            db = sqlite3.connect(os.path.join(self.proxy.dir, "ledger.db"), timeout=5)
+            try:
+                row = db.execute("SELECT response_headers FROM intents WHERE idem_key = ?",
+                                 (key,)).fetchone()
+            finally:
+                db.close()
+            return json.loads(row[0]) if row and row[0] else None
+
+        headers = wait_until(stored, timeout=10)
+        names = [name.lower() for name, _ in headers]
+        self.assertIn("content-type", names, headers)
+        self.assertIn("x-request-id", names, headers)
+        for hop in ("connection", "x-hop", "keep-alive", "transfer-encoding"):
+            self.assertNotIn(hop, names, headers)
+        again = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_stored"))
+        self.assertEqual(again.header("idemgate-decision"), "replayed")
+        self.assertEqual(again.header("x-request-id"), "req_1")
+        self.assertEqual(again.header("content-type"), "application/json")
+        self.assertIsNone(again.header("x-hop"))
 
     def test_ledger_busy_gives_503_and_sends_nothing(self):
         if self.BACKEND != "sqlite":

@@ -153,6 +153,15 @@ TEST_CASE("stored_answer_headers: the end-to-end fields in order, without the up
                              {"Set-Cookie", "b=2"},
                              {"Idemgate-Note", "an upstream's own field: stored as sent"}};
   CHECK(stored_answer_headers(up) == want);
+  // Content-Type is kept even when a Connection names it: the body's
+  // redaction and the MCP replay read it from the stored list.
+  StringResponse named{http::status::ok, 11};
+  named.insert("Connection", "Content-Type, X-Hop");
+  named.insert("Content-Type", "application/x-www-form-urlencoded");
+  named.insert("X-Hop", "1");
+  named.insert("X-Id", "7");
+  ledger::Headers const kept{{"Content-Type", "application/x-www-form-urlencoded"}, {"X-Id", "7"}};
+  CHECK(stored_answer_headers(named) == kept);
   // All of them, when none is the connection's.
   StringResponse plain{http::status::created, 11};
   plain.insert("Content-Type", "application/json");
