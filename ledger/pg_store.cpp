@@ -41,7 +41,7 @@ namespace {
 // it and has it, and it holds the whole (redacted) request body.
 std::string without_snapshot() {
   std::string columns(intent_columns);
-  std::string_view const snapshot = "request_snapshot";
+  std::string_view const snapshot = "coalesce(redacted_request, request_snapshot)";
   columns.replace(columns.find(snapshot), snapshot.size(), "NULL::text");
   return columns;
 }
@@ -60,7 +60,7 @@ std::string admit_alone_sql() {
          "WHERE runs.calls < runs.budget AND runs.state = 'active' RETURNING calls, budget), "
          "g AS (SELECT $7::boolean AND EXISTS (SELECT 1 FROM charge) AS go FROM lease_lock), "
          "ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
-         "replica_id, request_snapshot, window_ms, unknown_ttl_ms, window_until) SELECT $1::text, $3::text, "
+         "replica_id, redacted_request, window_ms, unknown_ttl_ms, window_until) SELECT $1::text, $3::text, "
          "$4::text, $5::text, $6::text, CASE WHEN g.go THEN 'dispatched' ELSE 'reserved' END, "
          "CASE WHEN g.go THEN 1 ELSE 0 END, "
          "CASE WHEN g.go THEN clock_timestamp() + greatest($8::bigint, 0) * interval '1 millisecond' END, "
@@ -104,7 +104,7 @@ std::string outcomes_call(std::string_view function) {
 std::string reserve_intents_sql(bool careful) {
   return "WITH " + std::string(lease_lock) + ", "
          "ins AS (INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, attempts, lease_until, "
-         "replica_id, request_snapshot, window_ms, unknown_ttl_ms, window_until) "
+         "replica_id, redacted_request, window_ms, unknown_ttl_ms, window_until) "
          "SELECT r.run, r.tool, r.scope, r.fingerprint, r.idem_key, "
          "CASE WHEN r.start THEN 'dispatched' ELSE 'reserved' END, CASE WHEN r.start THEN 1 ELSE 0 END, "
          "CASE WHEN r.start THEN clock_timestamp() + greatest(r.lease_ms, 0) * interval '1 millisecond' END, "

@@ -43,7 +43,7 @@ Reservation SqliteStore::reserve_one(const ReserveRequest& r, std::int64_t now) 
     Statement insert(
         db_,
         "INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, "
-        "request_snapshot, window_ms, unknown_ttl_ms, created_at, updated_at, window_until) "
+        "redacted_request, window_ms, unknown_ttl_ms, created_at, updated_at, window_until) "
         "VALUES (?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?) RETURNING id");
     insert.bind(1, r.run).bind(2, r.tool).bind(3, r.scope).bind(4, r.fingerprint).bind(5, r.key);
     insert.bind(6, r.request_snapshot).bind(7, std::int64_t{r.window.count()});

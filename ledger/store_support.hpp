@@ -40,9 +40,11 @@ class RowView {
 // expressions for them, see intent_columns in its store):
 // id, run_id, tool, scope, fingerprint, idem_key, state, answer_class,
 // attempts, status, receipt, response_status, response_headers,
-// response_body, response_truncated, request_snapshot, window_ms,
-// unknown_ttl_ms, recovered, created_at, updated_at, window_until,
-// unknown_since, retry_not_before, lease_until, waived
+// response_body, response_truncated, the request snapshot (column
+// redacted_request, or request_snapshot for intents written before schema
+// version 14), window_ms, unknown_ttl_ms, recovered, created_at,
+// updated_at, window_until, unknown_since, retry_not_before, lease_until,
+// waived, looked_up_at
 Intent read_intent(const RowView& row);
 // id, run_id, intent_id, reason_code, package, state, receipt, note,
 // created_at, resolved_at, resolved_by

@@ -144,7 +144,7 @@ TEST_CASE("postgresql: a direct admission gives what the workers' admission give
     wait_direct(*direct);  // given back before the result: idle again now
   }
   CHECK(directs(*queued) == 0);
-  std::string const rows = "SELECT fingerprint, state, attempts, request_snapshot FROM intents ORDER BY id";
+  std::string const rows = "SELECT fingerprint, state, attempts, request_snapshot, redacted_request FROM intents ORDER BY id";
   CHECK(direct_db->query(rows) == queued_db->query(rows));
   CHECK(direct_db->query("SELECT intent_id, number, replica_id, state FROM attempts ORDER BY intent_id") ==
         queued_db->query("SELECT intent_id, number, replica_id, state FROM attempts ORDER BY intent_id"));

@@ -1,13 +1,17 @@
 // Versioned migrations: from empty, re-run idempotently, and a database newer
 // than the binary refused; the dashboard views exist on both backends; the
-// indexes of intents are the ones its queries use.
+// indexes of intents are the ones its queries use; an outcome logs no
+// request snapshot again (PostgreSQL).
 #include "backend.hpp"
 
 #include "ledger/migrations.hpp"
 #include "ledger/open_store.hpp"
 #include "ledger/pg_admit.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <sstream>
+#include <thread>
 
 using namespace idemgate::ledger;
 using namespace idemgate::ledger::test;
@@ -99,6 +103,79 @@ LEDGER_CONFORMANCE(intent_indexes, "intents carry only the indexes their queries
           "fillfactor=40\n");
 }
 
+// An outcome rewrites its intent in place (a HOT update), and PostgreSQL
+// logs the new version less the bytes it shares with the old one at its
+// start and its end. Since version 14 the request snapshot, which the
+// admission wrote and the outcome never changes, lies in that shared end:
+// the outcome's WAL record does not carry it again.
+TEST_CASE("postgresql: an outcome's WAL record leaves its intent's request snapshot out" *
+          doctest::test_suite("db")) {
+  auto backend = postgresql_backend();
+  auto ledger = open_ledger(*backend);
+  backend->query("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
+  auto const field = [&](const std::string& sql) {
+    auto v = backend->query(sql);
+    return v.substr(0, v.find('\n'));
+  };
+  auto const relation = field("SELECT (SELECT oid FROM pg_database WHERE datname = current_database()) || '/' || "
+                              "pg_relation_filenode('intents')");
+  // A record that holds a full-page image (the first change of its page
+  // after a checkpoint, which another test's DROP DATABASE may make) logs
+  // the page instead of the row: the test then writes another intent.
+  bool measured = false;
+  for (int round = 0; round < 5 && !measured; ++round) {
+    CAPTURE(round);
+    RequestSnapshot snapshot;
+    snapshot.method = "POST";
+    snapshot.target = "/v1/charges";
+    // 1,200 bytes no compression shrinks much, and a row short of TOAST's
+    // threshold, so that the snapshot is stored in the row itself.
+    std::uint32_t x = 2463534242u + round;
+    for (int i = 0; i < 1200; ++i) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      snapshot.body += "0123456789abcdef"[x % 16];
+    }
+    auto admitted = run(unboxed(ledger->admit(admit_request("fp-wal-" + std::to_string(round), "k-wal"),
+                                              std::move(snapshot))));
+    REQUIRE_MESSAGE(admitted.has_value(), admitted.error().message());
+    REQUIRE(admitted->start.has_value());
+    REQUIRE(admitted->start->outcome == AttemptOutcome::started);
+    auto const id = admitted->reservation.intent.id;
+    auto const stored =
+        field("SELECT length(coalesce(redacted_request, request_snapshot)) FROM intents WHERE id = " +
+              std::to_string(id));
+    REQUIRE(std::stoi(stored) > 1200);
+    auto const from = field("SELECT pg_current_wal_insert_lsn()");
+    auto settled = run(ledger->record_outcome(completed(id, 1)));
+    REQUIRE_MESSAGE(settled.has_value(), settled.error().message());
+    auto const to = field("SELECT pg_current_wal_insert_lsn()");
+    // pg_walinspect reads only WAL already flushed (an outcome recorded
+    // after its answer may commit without waiting for the disk).
+    auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (field("SELECT pg_current_wal_flush_lsn() >= '" + to + "'::pg_lsn") != "t" &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // The intent's update records in between: the outcome's, one.
+    auto const updates = backend->query(
+        "SELECT record_type || ' ' || fpi_length || ' ' || (record_length - fpi_length) FROM "
+        "pg_get_wal_records_info('" + from + "', '" + to + "') WHERE resource_manager = 'Heap' AND "
+        "record_type LIKE '%UPDATE%' AND block_ref LIKE '%/" + relation + " %'");
+    CAPTURE(updates);
+    REQUIRE(std::count(updates.begin(), updates.end(), '\n') == 1);
+    std::istringstream in(updates);
+    std::string type;
+    long fpi = 0, length = 0;
+    in >> type >> fpi >> length;
+    CHECK(type == "HOT_UPDATE");
+    if (fpi > 0) continue;
+    measured = true;
+    // Without the snapshot the record is the changed columns between state
+    // and retry_not_before (about 200 bytes here); with it, over 1,200.
+    CHECK(length < 600);
+  }
+  CHECK(measured);
+}
+
 // A ledger at version 4 with intents in it (one unknown past its TTL, one
 // in flight past its lease) migrates to the latest version: the rows stay,
 // the unknown one is still found by the queries that now use the new
@@ -122,6 +199,9 @@ LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrat
     return sqlite ? "(" + now + " + " + std::to_string(ms) + ")"
                   : "(now() + interval '" + std::to_string(ms) + " milliseconds')";
   };
+  // A version 4 ledger keeps each intent's request in request_snapshot
+  // (version 14 writes new ones to redacted_request).
+  auto const snapshot_of = [](const std::string& fp) { return "{\"target\":\"/charges/" + fp + "\"}"; };
   // An intent with its attempt 1 in `attempt_state` (an unknown one is past
   // its TTL at once, the others have a day), dispatched with a lease of
   // `lease_ms` when the attempt is.
@@ -131,10 +211,10 @@ LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrat
     auto const lease = dispatched ? in_ms(lease_ms) : std::string("NULL");
     auto row = backend.query(
         "INSERT INTO intents (run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, receipt, "
-        "window_ms, unknown_ttl_ms, created_at, updated_at, window_until, unknown_since, lease_until) VALUES "
-        "('run-1', 'charge', 'run-1', '" + fp + "', 'key-" + fp + "', '" + state + "', '" + answer_class + "', 1, '" +
-        receipt + "', 86400000, " + (state == "unknown" ? "0" : "86400000") + ", " + now + ", " + now + ", " +
-        in_ms(86400000) + ", " +
+        "request_snapshot, window_ms, unknown_ttl_ms, created_at, updated_at, window_until, unknown_since, "
+        "lease_until) VALUES ('run-1', 'charge', 'run-1', '" + fp + "', 'key-" + fp + "', '" + state + "', '" +
+        answer_class + "', 1, '" + receipt + "', '" + snapshot_of(fp) + "', 86400000, " +
+        (state == "unknown" ? "0" : "86400000") + ", " + now + ", " + now + ", " + in_ms(86400000) + ", " +
         (state == "unknown" ? now : std::string("NULL")) + ", " + lease + ") RETURNING id");
     auto const id = row.substr(0, row.find('\n'));
     backend.query("INSERT INTO attempts (intent_id, number, replica_id, state, answer_class, receipt, started_at, "
@@ -163,10 +243,12 @@ LEDGER_CONFORMANCE(upgrade_from_4, "a version 4 ledger with intents in it migrat
   auto& store = *stores->front();
   CHECK(store.find_intent(unknown_id)->state == IntentState::unknown);
   CHECK(store.find_intent(done_id)->state == IntentState::completed);
+  CHECK(store.find_intent(done_id)->request_snapshot == snapshot_of("fp-done"));
   auto unescalated = store.list_unescalated_unknowns(10);
   REQUIRE(unescalated.has_value());
   REQUIRE(unescalated->size() == 1);
   CHECK(unescalated->front().id == unknown_id);
+  CHECK(unescalated->front().request_snapshot == snapshot_of("fp-unknown"));
   // Its 1 ms lease has passed by now, or within the deadline.
   int recovered = 0;
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
