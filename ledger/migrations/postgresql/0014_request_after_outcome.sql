@@ -3,8 +3,10 @@
 -- rewrites.
 --
 -- An outcome is a HOT update of its intent: PostgreSQL logs the new row
--- version less the bytes it shares with the old one at its start and at its
--- end, which is every column from state to retry_not_before. The snapshot
+-- version (when it stays in its page, with no full-page image, and
+-- wal_level is not logical) less the bytes it shares with the old one at
+-- its start and at its end, which is every column from state to
+-- retry_not_before (and waived, when it waives an attempt). The snapshot
 -- (request_snapshot, the redacted request: a few hundred bytes, a whole
 -- request body) lay between them, so every guarded write logged it twice:
 -- in its admission and again in its outcome, which never changes it. In the
@@ -16,4 +18,8 @@
 -- (redacted_request NULL). Readers take coalesce(redacted_request,
 -- request_snapshot). Adding a column without a default is instant at any
 -- size; it takes the table's exclusive lock until the commit.
+--
+-- A column added later that an outcome writes would lie after the snapshot
+-- and bring it back into the logged range (tests/ledger/migrations_test.cpp
+-- reads an outcome's record back, and fails then).
 ALTER TABLE intents ADD COLUMN redacted_request TEXT;
