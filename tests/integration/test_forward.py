@@ -131,7 +131,12 @@ class ForwardTest(unittest.TestCase):
         conn.close()
         ids = {rec.conn_id for rec in self.new_requests()}
         self.assertEqual(len(self.new_requests()), 10)
-        self.assertEqual(len(ids), 1, "upstream saw %d connections for 10 sequential requests" % len(ids))
+        # Seen once in a loaded ctest run (2 connections) and not again in 32
+        # runs of this class: the proxy's lines (upstream_reused, each
+        # request's connection) say which request changed connection.
+        self.assertEqual(len(ids), 1, "upstream saw %d connections for 10 sequential requests %s; the proxy's "
+                         "last lines:\n%s" % (len(ids), [rec.conn_id for rec in self.new_requests()],
+                                               "\n".join(self.proxy.stderr().splitlines()[-14:])))
 
     def test_hop_by_hop_headers_never_reach_upstream(self):
         req = ("GET %s HTTP/1.1\r\nHost: x\r\n"
