@@ -49,6 +49,34 @@ void remember_keep_alive(UpstreamConnection& up, const http::fields& answer) {
                                   : std::chrono::steady_clock::duration::zero();
 }
 
+// Reads an answer's header into p, as http::async_read_header does (the same
+// errors: end_of_stream when the connection ends before any byte,
+// partial_message after some), but piece by piece: a piece that leaves the
+// header incomplete is acknowledged at once (TimedSocket::ack_now), since
+// its rest may be waiting for that ACK.
+Task<beast::error_code> read_answer_header(UpstreamConnection& up, http::response_parser<http::buffer_body>& p) {
+  beast::error_code ec;
+  for (;;) {
+    if (up.buffer.size() != 0) {
+      auto const used = p.put(up.buffer.data(), ec);
+      up.buffer.consume(used);
+      if (ec != http::error::need_more) co_return ec;  // the header, or a bad one
+      ec = {};
+      up.stream.tcp().ack_now();
+    }
+    auto const room = beast::read_size(up.buffer, 65536);
+    if (room == 0) co_return http::error::buffer_overflow;
+    auto const [rec, n] = co_await up.stream.async_read_some(up.buffer.prepare(room), use_tuple);
+    up.buffer.commit(n);
+    if (rec == asio::error::eof) {
+      if (!p.got_some()) co_return http::error::end_of_stream;
+      p.put_eof(ec);
+      co_return ec;
+    }
+    if (rec) co_return rec;
+  }
+}
+
 // A rendered header and its body in memory in one write that does not
 // suspend when the socket takes it all (most requests and answers). Gives
 // the error and the bytes written, as async_write would.
@@ -116,13 +144,16 @@ Task<Sent> send_once(const Target& target, const UpstreamRequest& req, const con
     p.header_limit(static_cast<std::uint32_t>(cfg.limits.header_bytes));
     p.body_limit(boost::none);  // the buffer is bounded by read_body_prefix; the rest streams
     if (req.method == http::verb::head) p.skip(true);
-    auto [hec, hn] = co_await http::async_read_header(up->stream, up->buffer, p, use_tuple);
-    beast::error_code ec = hec;
+    beast::error_code ec = co_await read_answer_header(*up, p);
     bool const nothing_back = !p.got_some() && up->buffer.size() == 0;
     std::string body;
     if (!ec) {
       auto const code = p.get().result_int();
       if (code >= 100 && code < 200 && code != 101) continue;
+      // A body not known to be here whole may wait for our ACK
+      // (TimedSocket::ack_now).
+      auto const length = p.content_length();
+      if (!p.is_done() && !(length && up->buffer.size() >= *length)) up->stream.tcp().ack_now();
       ec = co_await read_body_prefix(*up, p, body, options.answer_limit, options.answer_budget,
                                      answer.cut_by_budget);
     }

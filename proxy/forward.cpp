@@ -214,6 +214,7 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
           if (ec != http::error::need_more) break;
           ec = {};
           header_size = 0;
+          up->stream.tcp().ack_now();  // a header in pieces: the rest may wait for our ACK
         }
         auto const room = beast::read_size(up->buffer, 65536);
         if (room == 0) {
@@ -290,6 +291,7 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
   // in one write. Others (chunked, long, delimited by EOF) are relayed.
   std::size_t const after_header = up->buffer.size() - header_size;
   bool const arrived_whole = framing.done || (!upstream_chunked && content_length && *content_length <= after_header);
+  if (!arrived_whole) up->stream.tcp().ack_now();
   if (arrived_whole) {
     std::size_t const body_bytes = framing.done ? 0 : static_cast<std::size_t>(*content_length);
     render_head(head, up->head);

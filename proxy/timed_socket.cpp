@@ -1,6 +1,9 @@
 #include "proxy/timed_socket.hpp"
 #include "ledger/executor.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <time.h>
 
 namespace idemgate::proxy {
@@ -28,6 +31,11 @@ void TimedSocket::close() {
   state_->socket.close(ignored);  // pending operations complete (aborted) and let go of the state
   state_->timer.cancel();
   state_->armed = Clock::time_point::max();  // a wait that already fired does not arm again (on_timer)
+}
+
+void TimedSocket::ack_now() noexcept {
+  int const one = 1;
+  ::setsockopt(state_->socket.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
 }
 
 void TimedSocket::expires_at(Clock::time_point t) {

@@ -136,6 +136,14 @@ public:
     return socket.write_some(buffers, ec);
   }
 
+  // Acknowledges at once what has arrived (TCP_QUICKACK), for a message that
+  // came in part: a peer that writes an answer's header and its body apart,
+  // without TCP_NODELAY (Nagle), holds the body until the header's ACK,
+  // which the kernel delays by 40 ms or more on a connection that has sent
+  // requests. One system call, made only when a message is incomplete; a
+  // failure changes nothing but the timing.
+  void ack_now() noexcept;
+
   // Until the socket is readable: an idle keep-alive connection waits with no
   // buffer at all.
   template <class WaitToken>
