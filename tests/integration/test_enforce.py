@@ -201,54 +201,6 @@ class EnforcementCases(RefusalAssertions):
         self.assertEqual(again.header("stripe-should-retry"), "false")
         self.assertEqual(len(self.provider.writes()), 1)
 
-    def test_stored_answer_keeps_its_end_to_end_fields_only(self):
-        if self.BACKEND != "sqlite":
-            self.skipTest("reads the ledger file; what is stored is the same list on both backends")
-        import sqlite3
-        # Hop-by-hop fields describe the provider's connection: never stored,
-        # never replayed. Content-Type stays even when Connection names it.
-        self.provider.script("status", 200, {"Connection": "X-Hop, Content-Type", "X-Hop": "1",
-                                             "Keep-Alive": "timeout=5", "X-Request-Id": "req_1"})
-        first = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_stored"))
-        self.assertEqual(first.status, 200)
-        key = first.header("idemgate-key")
-
-        def stored():
-            db = sqlite3.connect(os.path.join(self.proxy.dir, "ledger.db"), timeout=5)
-            try:
-                row = db.execute("SELECT response_headers FROM intents WHERE idem_key = ?",
-                                 (key,)).fetchone()
-            finally:
-                db.close()
-            return json.loads(row[0]) if row and row[0] else None
-
-        headers = wait_until(stored, timeout=10)
-        names = [name.lower() for name, _ in headers]
-        self.assertIn("content-type", names, headers)
-        self.assertIn("x-request-id", names, headers)
-        for hop in ("connection", "x-hop", "keep-alive", "transfer-encoding"):
-            self.assertNotIn(hop, names, headers)
-        again = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_stored"))
-        self.assertEqual(again.header("idemgate-decision"), "replayed")
-        self.assertEqual(again.header("x-request-id"), "req_1")
-        self.assertEqual(again.header("content-type"), "application/json")
-        self.assertIsNone(again.header("x-hop"))
-
-    def test_ledger_busy_gives_503_and_sends_nothing(self):
-        if self.BACKEND != "sqlite":
-            self.skipTest("the PostgreSQL outage has its own test (test_enforce_pg_down)")
-        import sqlite3
-        db = sqlite3.connect(os.path.join(self.proxy.dir, "ledger.db"), timeout=1, isolation_level=None)
-        db.execute("BEGIN EXCLUSIVE")
-        try:
-            answer = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_locked"))
-        finally:
-            db.execute("ROLLBACK")
-            db.close()
-        self.assert_refused(answer, "ledger_unavailable", 503)
-        self.assertTrue(answer.header("retry-after"))
-        self.assertEqual(len(self.provider.writes()), 0)
-
     def test_sigkill_after_dispatch_then_retry_reconciles(self):
         self.provider.script("hold")
         result = {}
@@ -378,7 +330,57 @@ class QueryReconcileCases:
         self.assertEqual(len(self.provider.effects_snapshot()), 1)
 
 
-class SqliteEnforcement(Backends, EnforcementCases, unittest.TestCase):
+class SqliteOnlyCases:
+    """Cases that read or lock the SQLite ledger's file: what is stored is
+    the same on both backends, and the PostgreSQL outage has its own test
+    (test_enforce_pg_down)."""
+
+    def test_stored_answer_keeps_its_end_to_end_fields_only(self):
+        import sqlite3
+        # Hop-by-hop fields describe the provider's connection: never stored,
+        # never replayed. Content-Type stays even when Connection names it.
+        self.provider.script("status", 200, {"Connection": "X-Hop, Content-Type", "X-Hop": "1",
+                                             "Keep-Alive": "timeout=5", "X-Request-Id": "req_1"})
+        first = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_stored"))
+        self.assertEqual(first.status, 200)
+        key = first.header("idemgate-key")
+
+        def stored():
+            db = sqlite3.connect(os.path.join(self.proxy.dir, "ledger.db"), timeout=5)
+            try:
+                row = db.execute("SELECT response_headers FROM intents WHERE idem_key = ?",
+                                 (key,)).fetchone()
+            finally:
+                db.close()
+            return json.loads(row[0]) if row and row[0] else None
+
+        headers = wait_until(stored, timeout=10)
+        names = [name.lower() for name, _ in headers]
+        self.assertIn("content-type", names, headers)
+        self.assertIn("x-request-id", names, headers)
+        for hop in ("connection", "x-hop", "keep-alive", "transfer-encoding"):
+            self.assertNotIn(hop, names, headers)
+        again = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_stored"))
+        self.assertEqual(again.header("idemgate-decision"), "replayed")
+        self.assertEqual(again.header("x-request-id"), "req_1")
+        self.assertEqual(again.header("content-type"), "application/json")
+        self.assertIsNone(again.header("x-hop"))
+
+    def test_ledger_busy_gives_503_and_sends_nothing(self):
+        import sqlite3
+        db = sqlite3.connect(os.path.join(self.proxy.dir, "ledger.db"), timeout=1, isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        try:
+            answer = self.call("POST", "/v1/charges", dict(CHARGE, customer="cus_locked"))
+        finally:
+            db.execute("ROLLBACK")
+            db.close()
+        self.assert_refused(answer, "ledger_unavailable", 503)
+        self.assertTrue(answer.header("retry-after"))
+        self.assertEqual(len(self.provider.writes()), 0)
+
+
+class SqliteEnforcement(Backends, EnforcementCases, SqliteOnlyCases, unittest.TestCase):
     BACKEND = "sqlite"
 
 
