@@ -41,8 +41,7 @@ namespace {
 // it and has it, and it holds the whole (redacted) request body.
 std::string without_snapshot() {
   std::string columns(intent_columns);
-  std::string_view const snapshot = "coalesce(redacted_request, request_snapshot)";
-  columns.replace(columns.find(snapshot), snapshot.size(), "NULL::text");
+  columns.replace(columns.find(request_snapshot_column), request_snapshot_column.size(), "NULL::text");
   return columns;
 }
 

@@ -34,7 +34,7 @@ namespace pg {
 inline constexpr std::string_view intent_columns =
     "id, run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, status, "
     "receipt, response_status, response_headers, response_body, response_truncated::int, "
-    "coalesce(redacted_request, request_snapshot), window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
+    IDEMGATE_REQUEST_SNAPSHOT ", window_ms, unknown_ttl_ms, recovered::int, " IDEMGATE_MS("created_at") ", "
     IDEMGATE_MS("updated_at") ", " IDEMGATE_MS("window_until") ", " IDEMGATE_MS("unknown_since")
     ", " IDEMGATE_MS("retry_not_before") ", "
     IDEMGATE_MS("CASE WHEN state = 'dispatched' THEN lease_until END") ", waived, " IDEMGATE_MS("looked_up_at");

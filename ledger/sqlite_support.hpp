@@ -27,7 +27,7 @@ namespace sq {
 inline constexpr std::string_view intent_columns =
     "id, run_id, tool, scope, fingerprint, idem_key, state, answer_class, attempts, status, "
     "receipt, response_status, response_headers, response_body, response_truncated, "
-    "coalesce(redacted_request, request_snapshot), window_ms, unknown_ttl_ms, recovered, created_at, updated_at, "
+    IDEMGATE_REQUEST_SNAPSHOT ", window_ms, unknown_ttl_ms, recovered, created_at, updated_at, "
     "window_until, unknown_since, retry_not_before, CASE WHEN state = 'dispatched' THEN lease_until END, waived, "
     "looked_up_at";
 

@@ -36,6 +36,13 @@ class RowView {
   virtual std::string blob(int column) const = 0;
 };
 
+// An intent's request snapshot as both backends select it: since schema
+// version 14 in redacted_request, before it in request_snapshot (a literal,
+// so that intent_columns can be one; request_snapshot_column names it for
+// code that looks for it there).
+#define IDEMGATE_REQUEST_SNAPSHOT "coalesce(redacted_request, request_snapshot)"
+inline constexpr std::string_view request_snapshot_column = IDEMGATE_REQUEST_SNAPSHOT;
+
 // Intent rows are read in this order (each backend selects its own
 // expressions for them, see intent_columns in its store):
 // id, run_id, tool, scope, fingerprint, idem_key, state, answer_class,

@@ -291,7 +291,6 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
   // in one write. Others (chunked, long, delimited by EOF) are relayed.
   std::size_t const after_header = up->buffer.size() - header_size;
   bool const arrived_whole = framing.done || (!upstream_chunked && content_length && *content_length <= after_header);
-  if (!arrived_whole) up->stream.tcp().ack_now();
   if (arrived_whole) {
     std::size_t const body_bytes = framing.done ? 0 : static_cast<std::size_t>(*content_length);
     render_head(head, up->head);
@@ -306,6 +305,7 @@ Task<ForwardResult> forward_request(ProxyStream& client, beast::flat_buffer& cli
     up->buffer.consume(header_size + body_bytes);
     x.bytes_out = body_bytes;
   } else {
+    up->stream.tcp().ack_now();  // the rest may wait for our ACK (TimedSocket::ack_now)
     // Beast's parser reads the same header again to stream the body; the
     // message it serializes carries the rewritten head.
     http::response_parser<http::buffer_body> rp;
