@@ -108,7 +108,7 @@ TEST_CASE("a loaded config carries its compiled tool table") {
   CHECK(result.config->tool_table->match(request)->name == "stripe.get_customer");
 }
 
-TEST_CASE("the admin listener runs only where admin.listen is written; admin.notify is checked") {
+TEST_CASE("the admin listener runs only where admin.listen is written, admin.notify is checked") {
   auto none = config::load_string("listen: 127.0.0.1:0\n", "a.yaml");
   REQUIRE_MESSAGE(none.errors.empty(), joined_errors(none));
   CHECK_FALSE(none.config->admin.enabled);

@@ -18,7 +18,7 @@ using namespace idemgate::ledger::test;
 using namespace std::chrono_literals;
 
 LEDGER_CONFORMANCE(batch_isolates_failures,
-                   "a failing call in a batch changes nothing; the others are durable") {
+                   "a failing call in a batch changes nothing, the others are durable") {
   REQUIRE(migrate(backend.config).has_value());
   std::int64_t a = 0, b = 0, c = 0, escalation = 0;
   {
@@ -375,7 +375,7 @@ LEDGER_CONFORMANCE(batch_values_verbatim, "batched reservations and charges stor
   CHECK(again->find_run("NULL")->budget == wide_budget);
 }
 
-TEST_CASE("postgresql: a reservation the server refuses fails in its savepoint; the batch's other calls commit" *
+TEST_CASE("postgresql: a reservation the server refuses fails in its savepoint, the batch's other calls commit" *
           doctest::test_suite("db")) {
   auto backend = postgresql_backend();
   REQUIRE(migrate(backend->config).has_value());

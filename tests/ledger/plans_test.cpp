@@ -205,7 +205,7 @@ TEST_CASE("postgresql: a round of outcomes locks its intents in id order, whatev
 // without it the commit still waits for the disk: in the function that
 // settles (idemgate_settle_outcomes, the ids alone) and in the one that also
 // reads the settled intents back, which calls it.
-TEST_CASE("postgresql: the outcome functions' settings end with them; defer alone skips the flush" *
+TEST_CASE("postgresql: the outcome functions' settings end with them, defer alone skips the flush" *
           doctest::test_suite("db")) {
   auto backend = idemgate::ledger::test::postgresql_backend();
   REQUIRE(migrate(backend->config).has_value());

@@ -156,7 +156,7 @@ TEST_CASE("unit: calls queued when the Ledger stops complete with shutting_down"
   CHECK(running.get().error() == errc::not_found);
 }
 
-TEST_CASE("unit: one writer: locking calls wait for its commit and go together; lookups are served meanwhile") {
+TEST_CASE("unit: one writer: locking calls wait for its commit and go together, lookups are served meanwhile") {
   std::vector<std::unique_ptr<Store>> stores;
   std::vector<GatedStore*> gates;
   for (int i = 0; i < 2; ++i) {

@@ -190,7 +190,7 @@ TEST_CASE("property: reordering and re-encoding form pairs leaves the fingerprin
   }
 }
 
-TEST_CASE("numbers are normalised: 1.0 == 1, 1e2 == 100; strings are exact") {
+TEST_CASE("numbers are normalised: 1.0 == 1, 1e2 == 100, strings are exact") {
   CHECK(fp(R"({"amount":1.0})") == fp(R"({"amount":1})"));
   CHECK(fp(R"({"amount":1e2})") == fp(R"({"amount":100})"));
   CHECK(fp(R"({"amount":0.5})") == fp(R"({"amount":5e-1})"));
@@ -210,7 +210,7 @@ TEST_CASE("the target is normalised: host case, default port, query order, ignor
   CHECK(fp("{}", "application/json", {}, "/v1/refunds?a=1&b=2", "api.stripe.com", 443) != base);
 }
 
-TEST_CASE("configured headers take part; others do not") {
+TEST_CASE("configured headers take part, others do not") {
   const auto body = R"({"a":1})";
   CHECK(fp(body, "application/json", {{"Stripe-Account", "acct_1"}}) != fp(body, "application/json", {{"Stripe-Account", "acct_2"}}));
   CHECK(fp(body, "application/json", {{"User-Agent", "x"}}) == fp(body, "application/json", {{"User-Agent", "y"}}));
@@ -270,7 +270,7 @@ TEST_CASE("the media type is read past spaces and tabs around it, in any case") 
   CHECK(fp(R"({"b":1,"a":2})", "application/ json") != fp(R"({"a":2,"b":1})", "application/ json"));
 }
 
-TEST_CASE("other content types are raw bytes; MCP request ids are ignored") {
+TEST_CASE("other content types are raw bytes, MCP request ids are ignored") {
   CHECK(fp("a=1&b=2", "text/plain") != fp("b=2&a=1", "text/plain"));
   Tool mcp;
   mcp.name = "create_issue";

@@ -75,7 +75,7 @@ TEST_CASE("exact path beats {param} segments, which beat a prefix") {
   CHECK(matched(*table, request("GET", "other.example.com", "/v1/charges")) == "none");
 }
 
-TEST_CASE("a given method beats any method; a method mismatch does not match") {
+TEST_CASE("a given method beats any method, a method mismatch does not match") {
   const auto table = compile_without_ties({
       make_tool("any_method", "api.example.com", "", "/v1/charges"),
       make_tool("post", "api.example.com", "POST", "/v1/charges"),
@@ -84,7 +84,7 @@ TEST_CASE("a given method beats any method; a method mismatch does not match") {
   CHECK(matched(*table, request("GET", "api.example.com", "/v1/charges")) == "any_method");
 }
 
-TEST_CASE("an MCP tool name beats the plain endpoint; port narrows") {
+TEST_CASE("an MCP tool name beats the plain endpoint, port narrows") {
   const auto table = compile_without_ties({
       make_tool("mcp_endpoint", "mcp.example.com", "POST", "/mcp"),
       make_tool("create_issue", "mcp.example.com", "POST", "/mcp", "create_issue"),

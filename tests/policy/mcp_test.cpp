@@ -135,7 +135,7 @@ TEST_CASE("matching: an MCP tool is matched by the name from the headers or the 
   CHECK(match_with({}, R"({"jsonrpc":"2.0","id":1,"method":"initialize"})") == "");
 }
 
-TEST_CASE("fingerprint: params.name + canonical arguments; never id, _meta or key order") {
+TEST_CASE("fingerprint: params.name + canonical arguments, never id, _meta or key order") {
   auto const tool = mcp_tool("create_ticket");
   std::string const base = fp(tool, call_body("1", "create_ticket", R"({"title":"x","n":1})"));
   struct Row {

@@ -46,7 +46,7 @@ TEST_CASE("connect plan: a tool host with interception off is 403 intercept_requ
   CHECK(plan.problem->extra.at("terminal") == "abort");
 }
 
-TEST_CASE("connect plan: intercept when possible; the port of a tool counts") {
+TEST_CASE("connect plan: intercept when possible, the port of a tool counts") {
   auto cfg = load("");
   CHECK(plan_connect(*cfg, at("api.pay.test", 443), true).action == ConnectAction::intercept);
   CHECK(plan_connect(*cfg, at("127.0.0.1", 9000), true).action == ConnectAction::intercept);
@@ -56,7 +56,7 @@ TEST_CASE("connect plan: intercept when possible; the port of a tool counts") {
   CHECK(plan_connect(*cfg, at("other.test", 443), true).action == ConnectAction::tunnel);
 }
 
-TEST_CASE("connect plan: intercept_hosts only with interception; unmatched deny refuses the rest") {
+TEST_CASE("connect plan: intercept_hosts only with interception, unmatched deny refuses the rest") {
   auto cfg = load("tls: { intercept_hosts: [\"*.seen.test\"] }\n");
   CHECK(plan_connect(*cfg, at("a.seen.test", 443), true).action == ConnectAction::intercept);
   CHECK(plan_connect(*cfg, at("a.seen.test", 443), false).action == ConnectAction::tunnel);

@@ -34,7 +34,7 @@ policy::Tool write_tool() {
 
 }  // namespace
 
-TEST_CASE("sse: events with CRLF or LF lines, comments, multi-line data; written back") {
+TEST_CASE("sse: events with CRLF or LF lines, comments, multi-line data, written back") {
   auto const events = parse_sse(kSse);
   REQUIRE(events.size() == 2);
   CHECK(events[0].event == "message");
@@ -73,7 +73,7 @@ TEST_CASE("replay: a stream keeps its response event, with the requester's id an
   CHECK(message.at("result").at("content").at(0).at("text") == "T-1");
 }
 
-TEST_CASE("replay: the first requester's session header never reaches another; the requester keeps its own") {
+TEST_CASE("replay: the first requester's session header never reaches another, the requester keeps its own") {
   HeaderList headers{{"Content-Type", "application/json"}, {"mcp-session-id", "session-of-a"}};
   std::string body = R"({"jsonrpc":"2.0","id":1,"result":{"content":[]}})";
   shape_mcp_replay(headers, body, json::value(2), "session-of-b");

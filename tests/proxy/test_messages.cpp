@@ -304,7 +304,7 @@ TEST_CASE("upstream_request: the client's fields a hop passes on, then this hop'
         "\r\n");
 }
 
-TEST_CASE("upstream_request: a length by method and body, as Beast's prepare_payload; Via by what passes the hop") {
+TEST_CASE("upstream_request: a length by method and body, as Beast's prepare_payload, Via by what passes the hop") {
   auto const target = *parse_absolute_target("http://[::1]:9/x");
   auto const length_of = [&](std::string_view method, std::string_view body) {
     auto const head = upstream_request(client_request(method, 11, {}), target, body, false).head;

@@ -30,7 +30,7 @@ TEST_CASE("load_or_create_key: created 0600 on first use, the same key after") {
   CHECK(load_or_create_key(dir.path() / "other.key").bytes != first.bytes);
 }
 
-TEST_CASE("load_or_create_key: a key the operator wrote is used as is; a short one is refused") {
+TEST_CASE("load_or_create_key: a key the operator wrote is used as is, a short one is refused") {
   TempDir dir;
   const auto hex = dir.path() / "hex.key";
   std::ofstream(hex) << std::string(64, 'a') << "\n";
