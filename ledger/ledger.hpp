@@ -106,6 +106,13 @@ struct LedgerOptions {
   std::string replica_id = "replica";  // recorded on every attempt this process begins
   std::size_t queue_limit = 1024;      // queued calls beyond which callers get errc::queue_full
   std::size_t max_batch = 256;         // calls committed together (one transaction) at most
+  // With two lanes, the admissions' lane's batches take at most this many
+  // calls (and at most max_batch). Under a load that queues more, the
+  // admissions waiting when the writer comes back go in two batches or
+  // more: the first one's requests are back on the network thread, and on
+  // their way upstream, while PostgreSQL writes the next, instead of the
+  // two taking turns with one wave of them all (see take_batch).
+  std::size_t admission_batch = 128;
   // How long an outcome recorded after its answer waits for others to share
   // its commit, with two lanes (see take_batch); a batch of its lane that
   // comes first takes it.

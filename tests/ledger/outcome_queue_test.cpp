@@ -111,6 +111,51 @@ TEST_CASE("unit: without concurrent writers an outcome waits for the one writer"
   CHECK(outcome.get().has_value());
 }
 
+// The reservation batch sizes of `queued` admissions waiting behind a first
+// one held in its store (its writer busy), once released, in the order the
+// stores ran them.
+std::vector<std::size_t> admission_batches(LedgerOptions options, bool concurrent_writers, int queued) {
+  LaneLedger lanes(std::move(options), concurrent_writers);
+  Loop loop;
+  auto admit = [&](int n) {
+    auto const id = std::to_string(n);
+    return loop.spawn(unboxed(lanes.ledger->admit(
+        AdmitRequest{reserve_request("fp-" + id, "k-" + id), 10, FirstAttempt{3, Millis(1000)}}, {})));
+  };
+  std::vector<std::future<Result<Admission>>> admitted;
+  admitted.push_back(admit(1));
+  REQUIRE(wait_until([&] { return lanes.entered() == 1; }));
+  for (int n = 2; n <= queued + 1; ++n) admitted.push_back(admit(n));
+  REQUIRE(wait_until([&] { return lanes.ledger->queued() == static_cast<std::size_t>(queued); }));
+  lanes.release();
+  for (auto& a : admitted) {
+    REQUIRE(a.wait_for(deadline) == std::future_status::ready);
+    CHECK(a.get().has_value());
+  }
+  std::vector<std::size_t> sizes;
+  for (auto* g : lanes.gates)
+    for (auto n : g->batches()) sizes.push_back(n);
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+// With two lanes an admissions' batch takes at most admission_batch calls:
+// the admissions waiting when the writer comes back go in batches of that
+// many, one after another. With one lane the cap does not apply (outcomes
+// share those batches), nor below it.
+TEST_CASE("unit: with two lanes, admissions waiting for the writer go in batches of admission_batch at most") {
+  LedgerOptions options;
+  options.admission_batch = 3;
+  CHECK(admission_batches(options, true, 7) == std::vector<std::size_t>{1, 1, 3, 3});
+  CHECK(admission_batches(options, false, 7) == std::vector<std::size_t>{1, 7});
+  CHECK(admission_batches(LedgerOptions{}, true, 7) == std::vector<std::size_t>{1, 7});
+  // max_batch bounds it too.
+  options.admission_batch = 64;
+  options.max_batch = 2;
+  CHECK(admission_batches(options, true, 5) == std::vector<std::size_t>{1, 1, 2, 2});
+  CHECK(LedgerOptions{}.admission_batch == 128);
+}
+
 TEST_CASE("unit: outcomes after their answers, and nothing else, commit without waiting for the disk") {
   auto after = [](std::int64_t id, bool after_answer) {
     Outcome o;
