@@ -122,8 +122,9 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
         // earlier one.
         wake = takeable(queued) && (full_gather() || !timed_wait_ || *timed_wait_ > start_time(queued));
       } else {
-        // A call waiting for its lane's writer is that writer's next batch
-        // (it looks again when it finishes): waking an idle worker now
+        // A call waiting for its lane's writer is in that writer's next
+        // batch, or one right after it past a batch's room (it looks again
+        // when it finishes): waking an idle worker now
         // would only put it back to sleep, a context switch per call.
         wake = takeable(queued);
       }
@@ -155,7 +156,8 @@ int Ledger::lane_of(const Job& job) const { return lanes_ ? job.lane() : 0; }
 bool Ledger::claim_direct() {
   std::lock_guard lock(mutex_);
   if (stopping_ || writing_[0] || crowded_) return false;
-  // Admissions already waiting for the writer: this one joins their batch.
+  // Admissions already waiting for the writer: this one joins them (their
+  // batch, or the one after it past a batch's room).
   for (const auto& job : queue_)
     if (locks_rows(job->order) && lane_of(*job) == 0) return false;
   writing_[0] = true;

@@ -5,7 +5,8 @@
 // posted back to the awaiting coroutine's executor.
 //
 // Group commit: a worker takes every call waiting in the queue (up to
-// max_batch, any kind) and runs them in one transaction with one durable
+// max_batch, any kind; with two lanes up to admission_batch once the batch
+// holds the admissions' lane's calls) and runs them in one transaction with one durable
 // commit, each in its own savepoint, so one call's error (illegal_transition,
 // not_found) rolls back that call only. Results are posted after the commit;
 // a batch whose transaction fails (connection lost, commit failed) fails
@@ -16,7 +17,8 @@
 // One writer: calls that lock rows (reservations, intents, run charges) are
 // taken by one worker at a time. While its commit is in flight the others
 // serve only the calls that lock nothing, and every locking call arriving
-// meanwhile waits for the writer's next batch: the batch grows with the
+// meanwhile waits for the writer's next batch (or the one after, past a
+// batch's room, which the writer takes as soon as it is free): the batch grows with the
 // load (tens of calls at 64 connections) instead of being split across
 // workers that would only queue behind each other on the run's row lock.
 // Within a batch the reservations are one multi-row statement, the run

@@ -111,30 +111,53 @@ TEST_CASE("unit: without concurrent writers an outcome waits for the one writer"
   CHECK(outcome.get().has_value());
 }
 
-// The reservation batch sizes of `queued` admissions waiting behind a first
-// one held in its store (its writer busy), once released, in the order the
-// stores ran them.
+// Calls made by `call(n)` for n = 1 to queued + 1: the first held in its
+// store (its lane's writer busy), the others queued behind it; then all
+// released, and each awaited.
+template <class Call>
+void held_then_queued(LaneLedger& lanes, int queued, Call call) {
+  std::vector<decltype(call(1))> done;
+  done.push_back(call(1));
+  REQUIRE(wait_until([&] { return lanes.entered() == 1; }));
+  for (int n = 2; n <= queued + 1; ++n) done.push_back(call(n));
+  REQUIRE(wait_until([&] { return lanes.ledger->queued() == static_cast<std::size_t>(queued); }));
+  lanes.release();
+  for (auto& d : done) {
+    REQUIRE(d.wait_for(deadline) == std::future_status::ready);
+    CHECK(d.get().has_value());
+  }
+}
+
+// The reservation batch sizes of admissions held_then_queued, smallest first.
 std::vector<std::size_t> admission_batches(LedgerOptions options, bool concurrent_writers, int queued) {
   LaneLedger lanes(std::move(options), concurrent_writers);
   Loop loop;
-  auto admit = [&](int n) {
+  held_then_queued(lanes, queued, [&](int n) {
     auto const id = std::to_string(n);
     return loop.spawn(unboxed(lanes.ledger->admit(
         AdmitRequest{reserve_request("fp-" + id, "k-" + id), 10, FirstAttempt{3, Millis(1000)}}, {})));
-  };
-  std::vector<std::future<Result<Admission>>> admitted;
-  admitted.push_back(admit(1));
-  REQUIRE(wait_until([&] { return lanes.entered() == 1; }));
-  for (int n = 2; n <= queued + 1; ++n) admitted.push_back(admit(n));
-  REQUIRE(wait_until([&] { return lanes.ledger->queued() == static_cast<std::size_t>(queued); }));
-  lanes.release();
-  for (auto& a : admitted) {
-    REQUIRE(a.wait_for(deadline) == std::future_status::ready);
-    CHECK(a.get().has_value());
-  }
+  });
   std::vector<std::size_t> sizes;
   for (auto* g : lanes.gates)
     for (auto n : g->batches()) sizes.push_back(n);
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+// The same for outcomes (not after an answer: none gathers): the sizes of
+// the transactions that wrote two or more, smallest first (the rig runs a
+// lone call without a transaction).
+std::vector<std::size_t> outcome_batches(LedgerOptions options, int queued) {
+  LaneLedger lanes(std::move(options));
+  Loop loop;
+  held_then_queued(lanes, queued, [&](int n) {
+    Outcome o;
+    o.intent_id = n;
+    o.attempt = 1;
+    return loop.spawn(lanes.ledger->record_outcome(o));
+  });
+  std::vector<std::size_t> sizes;
+  for (const auto& t : lanes.transactions()) sizes.push_back(t.size());
   std::sort(sizes.begin(), sizes.end());
   return sizes;
 }
@@ -154,6 +177,12 @@ TEST_CASE("unit: with two lanes, admissions waiting for the writer go in batches
   options.max_batch = 2;
   CHECK(admission_batches(options, true, 5) == std::vector<std::size_t>{1, 1, 2, 2});
   CHECK(LedgerOptions{}.admission_batch == 128);
+  // The outcomes' lane keeps max_batch.
+  LedgerOptions outcomes;
+  outcomes.admission_batch = 3;
+  CHECK(outcome_batches(outcomes, 7) == std::vector<std::size_t>{7});
+  outcomes.max_batch = 3;
+  CHECK(outcome_batches(outcomes, 7) == std::vector<std::size_t>{3, 3});
 }
 
 TEST_CASE("unit: outcomes after their answers, and nothing else, commit without waiting for the disk") {
