@@ -244,10 +244,11 @@ std::vector<std::unique_ptr<Ledger::Job>> Ledger::take_batch(std::chrono::steady
   // Group commit: every call waiting now joins this transaction (those still
   // gathering too: they were waiting for a batch to share), up to a batch's
   // room. The admissions' lane's is smaller with two lanes: at 256
-  // connections one batch of every admission waiting made the network
-  // thread and PostgreSQL take turns, each idle while the other worked on
-  // the whole wave; in batches of at most 128 they overlap, and guarded
-  // writes went about 6% faster (bench/HISTORY.md, 2026-12-07 18:05Z-18:57Z).
+  // connections one batch of every admission waiting moves them as one
+  // wave, which the network thread and PostgreSQL then work on in turn; in
+  // batches of at most 128 the largest waves split and the two overlap
+  // more, and guarded writes went about 6% faster (bench/HISTORY.md,
+  // 2026-12-07 18:05Z-18:57Z).
   auto room = [&] {
     return lanes_ && lane == 0 ? std::min(options_.admission_batch, options_.max_batch) : options_.max_batch;
   };
