@@ -124,8 +124,8 @@ bool Ledger::enqueue(std::unique_ptr<Job> job) {
       } else {
         // A call waiting for its lane's writer is in that writer's next
         // batch, or one right after it past a batch's room (it looks again
-        // when it finishes): waking an idle worker now
-        // would only put it back to sleep, a context switch per call.
+        // when it finishes): waking an idle worker now would only put it
+        // back to sleep, a context switch per call.
         wake = takeable(queued);
       }
     }

@@ -6,9 +6,9 @@
 //
 // Group commit: a worker takes every call waiting in the queue (up to
 // max_batch, any kind; with two lanes up to admission_batch once the batch
-// holds the admissions' lane's calls) and runs them in one transaction with one durable
-// commit, each in its own savepoint, so one call's error (illegal_transition,
-// not_found) rolls back that call only. Results are posted after the commit;
+// holds the admissions' lane's calls) and runs them in one transaction with
+// one durable commit, each in its own savepoint, so one call's error
+// (illegal_transition, not_found) rolls back that call only. Results are posted after the commit;
 // a batch whose transaction fails (connection lost, commit failed) fails
 // every call in it with that error (unavailable: nothing is known written).
 // A caller awaits each call before the next, so batching never reorders one
@@ -18,9 +18,10 @@
 // taken by one worker at a time. While its commit is in flight the others
 // serve only the calls that lock nothing, and every locking call arriving
 // meanwhile waits for the writer's next batch (or the one after, past a
-// batch's room, which the writer takes as soon as it is free): the batch grows with the
-// load (tens of calls at 64 connections) instead of being split across
-// workers that would only queue behind each other on the run's row lock.
+// batch's room, which the writer takes as soon as it is free): the batch
+// grows with the load (tens of calls at 64 connections) instead of being
+// split across workers that would only queue behind each other on the
+// run's row lock.
 // Within a batch the reservations are one multi-row statement, the run
 // charges one Store::count_calls (by run id) and the first attempts one
 // Store::begin_attempts.
