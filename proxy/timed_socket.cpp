@@ -4,6 +4,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
 #include <time.h>
 
 namespace idemgate::proxy {
@@ -27,6 +31,7 @@ TimedSocket::TimedSocket(TcpSocket socket) : state_(std::make_shared<State>(std:
 TimedSocket::~TimedSocket() { close(); }
 
 void TimedSocket::close() {
+  state_->inq_socket = -1;
   boost::system::error_code ignored;
   state_->socket.close(ignored);  // pending operations complete (aborted) and let go of the state
   state_->timer.cancel();
@@ -80,8 +85,93 @@ void TimedSocket::on_timer(const std::shared_ptr<State>& state) {
 
 void TimedSocket::expire(State& s) {
   s.timed_out = true;
+  s.inq_socket = -1;
   boost::system::error_code ignored;
   s.socket.close(ignored);  // every pending operation completes, as a timeout
 }
 
+bool TimedSocket::drained_reads() noexcept {
+  auto& s = *state_;
+  int const fd = s.socket.native_handle();
+  if (fd != s.inq_socket) {
+    int const one = 1;
+    s.inq_socket = fd;
+    s.inq = ::setsockopt(fd, SOL_TCP, TCP_INQ, &one, sizeof one) == 0;
+    s.read_short = false;
+    s.wrote = false;
+  }
+  return s.inq;
+}
+
+std::size_t TimedSocket::receive_now(boost::asio::mutable_buffer b, boost::system::error_code& ec) noexcept {
+  for (;;) {
+    ssize_t const n = ::recv(state_->socket.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      ec = {};
+      return static_cast<std::size_t>(n);
+    }
+    if (n == 0) {
+      ec = boost::asio::error::eof;
+      return 0;
+    }
+    int const e = errno;
+    if (e == EINTR) continue;
+    ec = e == EAGAIN || e == EWOULDBLOCK ? make_error_code(boost::asio::error::would_block)
+                                         : boost::system::error_code(e, boost::asio::error::get_system_category());
+    return 0;
+  }
+}
+
 }  // namespace idemgate::proxy
+
+#if !IDEMGATE_DRAINED_READ && defined(__linux__)
+#pragma message("idemgate: DrainedRead is off (it is written for Asio 1.26's epoll reactor): every read tries a receive at once")
+#endif
+
+#if IDEMGATE_DRAINED_READ
+// Asio's own receive (non_blocking_recv1, as its single-buffer path calls
+// it) made with recvmsg, to read TCP_INQ's count of what is left, and one
+// more outcome: a receive that brought fewer bytes than the buffer holds and
+// left none (no end of stream either) has emptied the socket. The reactor
+// then tries no receive for the next read until epoll reports the socket
+// readable again. An end of stream or an error is exhausted, as with Asio.
+template <>
+boost::asio::detail::reactor_op::status
+boost::asio::detail::reactive_socket_recv_op_base<idemgate::proxy::timed_detail::DrainedRead>::do_perform(
+    reactor_op* base) {
+  auto* o = static_cast<reactive_socket_recv_op_base*>(base);
+  std::size_t const room = o->buffers_.size();
+  for (;;) {
+    iovec iov{o->buffers_.data(), room};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t const n = ::recvmsg(o->socket_, &msg, o->flags_);
+    if (n < 0) {
+      int const e = errno;
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return not_done;
+      o->ec_ = boost::system::error_code(e, boost::asio::error::get_system_category());
+      o->bytes_transferred_ = 0;
+      return done_and_exhausted;
+    }
+    o->bytes_transferred_ = static_cast<std::size_t>(n);
+    if (n == 0) {
+      o->ec_ = boost::asio::error::eof;
+      return done_and_exhausted;
+    }
+    o->ec_ = boost::system::error_code();
+    if (static_cast<std::size_t>(n) == room) return done;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_TCP || c->cmsg_type != TCP_CM_INQ) continue;
+      int left = 0;
+      std::memcpy(&left, CMSG_DATA(c), sizeof left);
+      return left == 0 ? done_and_exhausted : done;
+    }
+    return done;  // no count: assume more
+  }
+}
+#endif

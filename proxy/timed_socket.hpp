@@ -23,17 +23,71 @@
 
 #include "ledger/executor.hpp"
 
+#include <boost/asio/append.hpp>
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/detail/reactive_socket_recv_op.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/version.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <type_traits>
 #include <utility>
+
+// Whether a read that empties the socket spares the next read its receive
+// (DrainedRead below). It leans on the epoll reactor's bookkeeping of Asio
+// 1.26 (Boost 1.81), read for this, and on Linux's TCP_INQ: another version
+// or backend reads as Asio does by default, one receive tried at once every
+// time.
+#if BOOST_ASIO_VERSION == 102600 && defined(BOOST_ASIO_HAS_EPOLL) && \
+    !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT) && defined(__linux__)
+#define IDEMGATE_DRAINED_READ 1
+#else
+#define IDEMGATE_DRAINED_READ 0
+#endif
+
+namespace idemgate::proxy::timed_detail {
+
+// One buffer read from a TCP socket that has TCP_INQ on, marked so that the
+// reactor learns when the read emptied the socket.
+//
+// Asio tries every read at once (a receive, then epoll when it would block).
+// After a request or an answer read whole, the next read almost always finds
+// nothing yet: its receive fails with EAGAIN, about two failed system calls
+// a proxied request. With TCP_INQ the kernel says, with each receive, how
+// many bytes are left, and counts an end of stream that has arrived as one:
+// a receive that comes back short and leaves nothing has emptied the socket,
+// and every byte or end of stream that arrives after it raises a new epoll
+// event (edge-triggered: each arrival wakes the watcher). Told so
+// (done_and_exhausted), the reactor tries no receive for the next read until
+// such an event, which it records even with no read waiting. (nginx reads on
+// the same terms, with the peer's half-close from EPOLLRDHUP in place of
+// TCP_INQ's count; Asio's reactor does not ask epoll for it.)
+//
+// A reset is the one thing TCP_INQ does not count. One that came with the
+// last bytes read fails any write begun after that read completed, so a read
+// that follows such a write is safe; a read with no write begun since the
+// last read completed (the rest of a body or of an answer, a tunnel's next
+// bytes) tries a receive of its own first (TimedSocket::async_read_some), as
+// Asio would have.
+struct DrainedRead : boost::asio::mutable_buffer {
+  explicit DrainedRead(const boost::asio::mutable_buffer& b) noexcept : boost::asio::mutable_buffer(b) {}
+};
+
+}  // namespace idemgate::proxy::timed_detail
+
+#if IDEMGATE_DRAINED_READ
+template <>
+boost::asio::detail::reactor_op::status
+boost::asio::detail::reactive_socket_recv_op_base<idemgate::proxy::timed_detail::DrainedRead>::do_perform(
+    boost::asio::detail::reactor_op* base);
+#endif
 
 namespace idemgate::proxy {
 
@@ -52,6 +106,17 @@ struct State {
   Clock::time_point armed = Clock::time_point::max();  // the timer's expiry while it waits
   std::size_t pending = 0;                              // operations begun and not completed
   bool timed_out = false;
+  // For DrainedRead: the descriptor TCP_INQ was last tried on (forgotten
+  // when the socket is closed here; a socket that Asio's connect opened
+  // again under the same number keeps the flags, and without TCP_INQ on, a
+  // short read counts as "more may be waiting", Asio's default) and whether
+  // it took; whether the last read came back short (the reactor may then
+  // skip the next read's receive); whether a write was begun since the last
+  // read completed.
+  int inq_socket = -1;
+  bool inq = false;
+  bool read_short = false;
+  bool wrote = false;
 };
 
 // Completes an operation: uncounts it and reports a timeout as such.
@@ -59,10 +124,17 @@ template <class Handler>
 struct Finish {
   std::shared_ptr<State> state;
   Handler handler;
+  std::size_t read_room = 0;  // a read's buffer size, to note whether it came back short
 
   template <class... Args>
   void operator()(boost::system::error_code ec, Args&&... args) {
     --state->pending;
+    if constexpr (sizeof...(Args) == 1 && (std::is_same_v<std::decay_t<Args>, std::size_t> && ...)) {
+      if (read_room != 0) {
+        state->read_short = (args + ...) < read_room;
+        state->wrote = false;
+      }
+    }
     if (ec && state->timed_out) ec = boost::beast::error::timeout;
     state.reset();
     std::move(handler)(ec, std::forward<Args>(args)...);
@@ -97,7 +169,26 @@ public:
   auto async_read_some(const MutableBufferSequence& buffers, ReadToken&& token) {
     return boost::asio::async_initiate<ReadToken, void(boost::system::error_code, std::size_t)>(
         [this](auto handler, const MutableBufferSequence& b) {
-          begin();
+          bool const live = begin();
+          if constexpr (IDEMGATE_DRAINED_READ &&
+                        std::is_convertible_v<const MutableBufferSequence*, const boost::asio::mutable_buffer*>) {
+            boost::asio::mutable_buffer const one(b);
+            if (live && one.size() != 0 && drained_reads()) {
+              auto& s = *state_;
+              bool const continued = s.read_short && !s.wrote;
+              auto f = finish(std::move(handler), one.size());
+              if (continued) {
+                boost::system::error_code ec;
+                std::size_t const n = receive_now(one, ec);
+                if (ec != boost::asio::error::would_block) {
+                  boost::asio::post(get_executor(), boost::asio::append(std::move(f), ec, n));
+                  return;
+                }
+              }
+              s.socket.async_read_some(timed_detail::DrainedRead(one), std::move(f));
+              return;
+            }
+          }
           state_->socket.async_read_some(b, finish(std::move(handler)));
         },
         token, buffers);
@@ -108,6 +199,7 @@ public:
     return boost::asio::async_initiate<WriteToken, void(boost::system::error_code, std::size_t)>(
         [this](auto handler, const ConstBufferSequence& b) {
           begin();
+          state_->wrote = true;
           state_->socket.async_write_some(b, finish(std::move(handler)));
         },
         token, buffers);
@@ -125,6 +217,7 @@ public:
       return 0;
     }
     auto& socket = state_->socket;
+    state_->wrote = true;
     // The user-level flag (Asio's own operations do not depend on it); set
     // once, it stays for the socket's life, so a synchronous read or write
     // on the socket would fail with would_block rather than wait: the proxy
@@ -182,9 +275,15 @@ public:
 
 private:
   template <class Handler>
-  timed_detail::Finish<Handler> finish(Handler&& h) {
-    return {state_, std::forward<Handler>(h)};
+  timed_detail::Finish<Handler> finish(Handler&& h, std::size_t read_room = 0) {
+    return {state_, std::forward<Handler>(h), read_room};
   }
+
+  // Whether this socket's reads go as DrainedRead: TCP_INQ is on, tried
+  // once for each socket.
+  bool drained_reads() noexcept;
+  // One receive that does not wait: would_block when nothing has come.
+  std::size_t receive_now(boost::asio::mutable_buffer b, boost::system::error_code& ec) noexcept;
 
   // Counts an operation and has the timer watch the deadline; false when the
   // deadline has passed already (the socket is then closed).

@@ -5,6 +5,7 @@
 // (ASan checks that).
 #include "proxy/timed_socket.hpp"
 #include "ledger/executor.hpp"
+#include "timed_pair.hpp"
 
 #include <doctest/doctest.h>
 
@@ -26,43 +27,11 @@ using idemgate::SteadyTimer;
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using idemgate::proxy::TimedSocket;
+using idemgate::test::Pair;
+using idemgate::test::run_until;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Runs `ioc` until `done` or a 20 s guard: a test that hangs fails instead.
-template <class Done>
-void run_until(asio::io_context& ioc, Done done) {
-  auto const guard = std::chrono::steady_clock::now() + 20s;
-  while (!done() && std::chrono::steady_clock::now() < guard) {
-    ioc.restart();  // run_for stops the context when it runs out of work
-    ioc.run_for(10ms);
-  }
-}
-
-// A connected pair on loopback: ours (a TimedSocket) and the peer's socket.
-struct Pair {
-  asio::io_context ioc;
-  TimedSocket ours{ioc.get_executor()};
-  TcpSocket peer{ioc};
-
-  Pair() {
-    TcpAcceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    ours.socket().connect(acceptor.local_endpoint());
-    acceptor.accept(peer);
-  }
-
-  template <class Done>
-  void run_until(Done done) {
-    ::run_until(ioc, done);
-  }
-
-  // The peer writes one byte after `after` (the stimulus of the test).
-  void peer_writes_after(std::chrono::milliseconds after, SteadyTimer& t) {
-    t.expires_after(after);
-    t.async_wait([this](boost::system::error_code) { asio::write(peer, asio::buffer("x", 1)); });
-  }
-};
 
 struct Result {
   std::optional<boost::system::error_code> ec;
