@@ -104,22 +104,12 @@ bool TimedSocket::drained_reads() noexcept {
 }
 
 std::size_t TimedSocket::receive_now(boost::asio::mutable_buffer b, boost::system::error_code& ec) noexcept {
-  for (;;) {
-    ssize_t const n = ::recv(state_->socket.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
-    if (n > 0) {
-      ec = {};
-      return static_cast<std::size_t>(n);
-    }
-    if (n == 0) {
-      ec = boost::asio::error::eof;
-      return 0;
-    }
-    int const e = errno;
-    if (e == EINTR) continue;
-    ec = e == EAGAIN || e == EWOULDBLOCK ? make_error_code(boost::asio::error::would_block)
-                                         : boost::system::error_code(e, boost::asio::error::get_system_category());
-    return 0;
-  }
+  // Asio's own non-waiting receive: EINTR retried, an end of stream as eof.
+  std::size_t n = 0;
+  if (!boost::asio::detail::socket_ops::non_blocking_recv1(state_->socket.native_handle(), b.data(), b.size(),
+                                                           MSG_DONTWAIT, true, ec, n))
+    ec = boost::asio::error::would_block;
+  return n;
 }
 
 }  // namespace idemgate::proxy
